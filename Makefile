@@ -1,0 +1,37 @@
+# DeFL: two commands set a fresh machine up. `make demo` runs the main job, `make test` the tests.
+# Both are idempotent: each step re-runs only when its inputs changed.
+SHELL := /bin/bash
+PY := .venv/bin/python
+STAMPS := .stamps
+
+.PHONY: demo test lint setup bench clean
+
+setup: $(STAMPS)/venv $(STAMPS)/npm
+
+$(STAMPS)/venv: requirements.txt requirements-dev.txt
+	@mkdir -p $(STAMPS)
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned to the local CPU wheel; installed first so nothing can pull a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+$(STAMPS)/npm: package.json package-lock.json
+	@mkdir -p $(STAMPS)
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint: $(STAMPS)/venv
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check fl_node bench
+
+test: setup lint
+	$(PY) -m pytest -n 2 --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m fl_node simulate --dataset mnist --nodes 5 --partition dirichlet:0.5 --rounds 20 \
+		--epsilon 3 --committee 2 --strategy fedavg --attack label_flip:0.2 --out out/demo
+
+clean:
+	rm -rf $(STAMPS) out var

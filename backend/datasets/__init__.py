@@ -1,0 +1,1 @@
+"""Dataset upload, client-side encryption, access grants, per-dataset privacy budget."""

@@ -1,0 +1,1 @@
+"""Federated jobs, rounds, participations; REST API; the round driver (Celery tasks)."""

@@ -1,0 +1,1 @@
+"""This node's identity (Ethereum key), peers mirrored from the chain, health."""

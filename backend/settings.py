@@ -1,0 +1,128 @@
+"""Settings of a DeFL node, read from the environment (documented in .env.example).
+
+With nothing set, a node runs on embedded defaults: SQLite, in-process tasks,
+a local chunk directory and an in-process EVM.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+
+from backend.environ_config import env, env_bool, env_int, env_list
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env("DEFL_DATA_DIR", str(BASE_DIR / "var" / "node"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", "")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+if not SECRET_KEY:
+    if not DEBUG and not env_bool("DEFL_ALLOW_INSECURE_SECRET", True):
+        raise RuntimeError("DJANGO_SECRET_KEY must be set")
+    # Development default only: a production node sets DJANGO_SECRET_KEY.
+    SECRET_KEY = "defl-insecure-development-key-set-DJANGO_SECRET_KEY"
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "backend.nodes",
+    "backend.ledger",
+    "backend.swarm",
+    "backend.datasets",
+    "backend.jobs",
+    "backend.serving",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "backend.urls"
+WSGI_APPLICATION = "backend.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=60
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "DeFL node API",
+    "DESCRIPTION": "Decentralized federated learning: datasets, jobs, rounds, models.",
+    "VERSION": "0.1.0",
+}
+
+# Celery: Redis when a broker is configured, otherwise tasks run in-process.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# --- Ledger: the chain this node uses (backend/ledger reads these through its factory) ---
+# Empty DEFL_CHAIN_URL: web3's in-process EVM (eth-tester), for a single process.
+DEFL_CHAIN_URL = env("DEFL_CHAIN_URL", "")
+# The node key: a hex private key from the environment, or an encrypted keystore file + password.
+DEFL_NODE_KEY = env("DEFL_NODE_KEY", "")
+DEFL_KEYSTORE_PATH = env("DEFL_KEYSTORE_PATH", str(DATA_DIR / "keystore.json"))
+DEFL_KEYSTORE_PASSWORD = env("DEFL_KEYSTORE_PASSWORD", "")
+DEFL_CONTRACTS_FILE = env("DEFL_CONTRACTS_FILE", str(DATA_DIR / "contracts.json"))
+DEFL_CONFIRMATIONS = env_int("DEFL_CONFIRMATIONS", 0)
+
+# --- Swarm store: this node's chunk directory and replication ---
+DEFL_CHUNK_DIR = env("DEFL_CHUNK_DIR", str(DATA_DIR / "chunks"))
+DEFL_REPLICATION = env_int("DEFL_REPLICATION", 3)
+# Static peers (comma-separated base URLs) until the ledger's node registry supplies them.
+DEFL_PEERS = env_list("DEFL_PEERS", [])

@@ -1,0 +1,1 @@
+"""The decentralized chunk store: chunking, references, encryption, placement, peer API."""

@@ -1,0 +1,3 @@
+"""Routes of the swarm store: the peer API between nodes and the user endpoints."""
+
+urlpatterns: list = []

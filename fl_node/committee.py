@@ -1,0 +1,98 @@
+"""The committee rule: which updates a round accepts and who sits on the next committee.
+
+This is the reference implementation of the rule that the FederatedLearning
+contract executes on chain (committee consensus as in BFLC, Li et al. 2020,
+"A Blockchain-based Decentralized Federated Learning Framework with Committee
+Consensus"). Both sides must agree bit for bit, so the rule works on integers
+only and every tie is broken the same way:
+
+* A score is an integer in ``[0, MAX_SCORE]`` (accuracy in basis points).
+  A malformed or non-finite update is scored 0 by every honest member.
+* An update's score is the median of the scores that the committee members who
+  submitted gave it; for an even count it is the floor of the mean of the two
+  middle values. An update nobody scored has median 0.
+* Ranking: higher median first; equal medians are ordered by the trainer's
+  address as a 160-bit number, smaller first.
+* Accepted: the first ``top_k`` ranked updates whose median is above 0.
+* Next committee: the first ``committee_size`` ranked trainers (score 0 included,
+  ranked last). Committee members do not train, so a member is never elected
+  twice in a row and no node stays on the committee forever. Where the round
+  had fewer trainers than seats, the remaining seats are filled by the current
+  committee in its order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+MAX_SCORE = 10_000
+
+
+def score_to_int(accuracy: float) -> int:
+    """Map an accuracy in [0, 1] to the integer score that goes on chain."""
+    if not accuracy == accuracy or accuracy <= 0:  # NaN or non-positive
+        return 0
+    return min(MAX_SCORE, int(accuracy * MAX_SCORE))
+
+
+def median_score(scores: Sequence[int]) -> int:
+    """Integer median: floor of the mean of the middle pair for even counts."""
+    if not scores:
+        return 0
+    ordered = sorted(scores)
+    n = len(ordered)
+    if n % 2:
+        return ordered[n // 2]
+    return (ordered[n // 2 - 1] + ordered[n // 2]) // 2
+
+
+def _address_key(address: str) -> int:
+    return int(address, 16)
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    medians: dict[str, int]
+    ranking: list[str]
+    accepted: list[str]
+    next_committee: list[str]
+
+
+def decide_round(
+    trainers: Sequence[str],
+    scores: Mapping[str, Mapping[str, int]],
+    *,
+    top_k: int,
+    committee_size: int,
+    current_committee: Sequence[str] = (),
+) -> RoundOutcome:
+    """Apply the committee rule to one round.
+
+    ``trainers`` are the addresses that submitted an update (hex strings);
+    ``scores[member][trainer]`` is the score that committee member gave the
+    trainer's update (members who did not submit are simply absent).
+    """
+    if top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if committee_size < 1:
+        raise ValueError("committee_size must be at least 1")
+    if len(set(trainers)) != len(trainers):
+        raise ValueError("a trainer appears twice")
+    for member_scores in scores.values():
+        for trainer, value in member_scores.items():
+            if not 0 <= value <= MAX_SCORE:
+                raise ValueError(f"score {value} for {trainer} is outside [0, {MAX_SCORE}]")
+    medians = {
+        trainer: median_score([member[trainer] for member in scores.values() if trainer in member])
+        for trainer in trainers
+    }
+    ranking = sorted(trainers, key=lambda t: (-medians[t], _address_key(t)))
+    accepted = [t for t in ranking if medians[t] > 0][:top_k]
+    next_committee = ranking[:committee_size]
+    for member in current_committee:
+        if len(next_committee) >= committee_size:
+            break
+        if member not in next_committee:
+            next_committee.append(member)
+    return RoundOutcome(medians=medians, ranking=ranking, accepted=accepted, next_committee=next_committee)

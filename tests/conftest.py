@@ -1,0 +1,9 @@
+"""Shared test set-up: single-threaded torch so parallel workers do not fight over two cores."""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
