@@ -1,0 +1,76 @@
+"""Aggregation throughput: 10 updates of a 10M-parameter model (4 tensors of 2.5M) for every strategy.
+
+Throughput counts the parameter bytes read: 10 updates x 40 MB = 400 MB per
+aggregation. The goal for FedAvg is >= 1 GB/s on a 2-core machine. The last
+printed line is one JSON object.
+
+Run from the repository root: ``.venv/bin/python bench/aggregate.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fl_node.aggregate import WeightedUpdate, get_strategy  # noqa: E402
+
+NUM_UPDATES = 10
+SHAPES = {f"layer{i}.weight": (2500, 1000) for i in range(4)}  # 4 x 2.5M = 10M parameters
+REPEATS = 3
+STRATEGIES = {
+    "fedavg": {},
+    "fedprox": {},
+    "hybrid": {},
+    "fedadam": {},
+    "fedyogi": {},
+    "median": {},
+    "trimmed_mean": {"beta": 0.2},
+    "krum": {"f": 2},
+    "multi_krum": {"f": 2},
+}
+
+
+def best_time(run, repeats: int = REPEATS) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    generator = torch.Generator().manual_seed(0)
+    global_state = {name: torch.randn(shape, generator=generator) for name, shape in SHAPES.items()}
+    updates = [
+        WeightedUpdate(
+            {name: torch.randn(shape, generator=generator) * 0.01 for name, shape in SHAPES.items()},
+            num_samples=100 + 10 * i,
+            id=f"{i:064x}",
+        )
+        for i in range(NUM_UPDATES)
+    ]
+    parameters = sum(t.numel() for t in global_state.values())
+    megabytes = NUM_UPDATES * parameters * 4 / 1e6
+    print(
+        f"torch threads: {torch.get_num_threads()}; {NUM_UPDATES} updates x {parameters / 1e6:.1f}M parameters"
+    )
+    results: dict[str, float] = {}
+    for name, params in STRATEGIES.items():
+        strategy = get_strategy(name, **params)
+        seconds = best_time(lambda strategy=strategy: strategy.aggregate(global_state, updates))
+        results[f"{name}_gb_per_s"] = round(megabytes / 1e3 / seconds, 3)
+        print(f"{name:>13}: {seconds * 1e3:8.1f} ms  {megabytes / seconds:8.0f} MB/s")
+    results["aggregate_gb_per_s"] = results["fedavg_gb_per_s"]
+    results["goal_gb_per_s"] = 1.0
+    print(json.dumps(results, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
