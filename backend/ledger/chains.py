@@ -1,0 +1,43 @@
+"""Connections to the three kinds of chain: in-process (eth-tester), anvil, any JSON-RPC URL."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from web3 import HTTPProvider, Web3
+from web3.providers.eth_tester import EthereumTesterProvider
+
+FUNDING_WEI = 1_000 * 10**18
+
+
+def connect(url: str, *, timeout: float = 30.0) -> Web3:
+    """An HTTP JSON-RPC connection; the process's in-process EVM when url is empty."""
+    if not url:
+        return in_process_chain()
+    return Web3(HTTPProvider(url, request_kwargs={"timeout": timeout}))
+
+
+@cache
+def in_process_chain() -> Web3:
+    """One in-process EVM (eth-tester + py-evm) per process: the embedded single-process chain."""
+    return Web3(EthereumTesterProvider())
+
+
+def new_in_process_chain() -> Web3:
+    """A fresh in-process EVM (tests)."""
+    return Web3(EthereumTesterProvider())
+
+
+def is_in_process(w3: Web3) -> bool:
+    return isinstance(w3.provider, EthereumTesterProvider)
+
+
+def ensure_funds(w3: Web3, address: str, minimum: int = 10**18) -> None:
+    """On development chains only: give an account gas money (tester transfer / anvil_setBalance)."""
+    if w3.eth.get_balance(address) >= minimum:
+        return
+    if is_in_process(w3):
+        tx = w3.eth.send_transaction({"from": w3.eth.accounts[0], "to": address, "value": FUNDING_WEI})
+        w3.eth.wait_for_transaction_receipt(tx)
+    elif "anvil" in w3.client_version.lower():
+        w3.provider.make_request("anvil_setBalance", [address, hex(FUNDING_WEI)])

@@ -1,0 +1,290 @@
+"""ChainClient: signs with this node's key, sends without duplicates, decodes reverts.
+
+Retries and error translation live here, at the client edge (one decorator): connection errors
+are retried with exponential backoff; a transaction is signed once and the same raw bytes are
+resent, so a retry can never create a second transaction. "already known", or "nonce too low"
+while our hash is on chain, count as success.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+from eth_account.signers.local import LocalAccount
+from eth_tester.exceptions import TransactionFailed as TesterTransactionFailed
+from eth_utils import to_checksum_address
+from eth_utils.exceptions import ValidationError as EthValidationError
+from web3 import Web3
+from web3.exceptions import (
+    ContractLogicError,
+    ProviderConnectionError,
+    TimeExhausted,
+    TransactionNotFound,
+    Web3RPCError,
+)
+from web3.providers.eth_tester import EthereumTesterProvider
+
+from .abi import ContractCall, EventDecoder, decode_result, encode_deploy
+from .artifacts import Artifact
+from .errors import (
+    ChainUnavailable,
+    ContractRevert,
+    NonceConflict,
+    TransactionRejected,
+    TransactionTimeout,
+    UnknownRevert,
+    decode_revert,
+)
+from .nonces import NonceManager
+from .resources import TxReceipt
+
+T = TypeVar("T")
+
+TRANSIENT = (
+    requests.ConnectionError,
+    requests.Timeout,
+    ConnectionError,
+    TimeoutError,
+    ProviderConnectionError,
+)
+_ALREADY_KNOWN = ("already known", "known transaction", "already imported", "already in pool")
+_NONCE_TOO_LOW = ("nonce too low", "invalid transaction nonce", "nonce has already been used")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6
+    base_delay: float = 0.1
+    max_delay: float = 3.0
+
+    def delays(self):
+        for attempt in range(self.attempts - 1):
+            yield min(self.max_delay, self.base_delay * 2**attempt)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TRANSIENT):
+        return True
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return exc.response.status_code in (502, 503, 504)
+    return False
+
+
+def with_retries(method: Callable[..., T]) -> Callable[..., T]:
+    """Retry a read-only or idempotent RPC step on connection errors, with backoff."""
+
+    @functools.wraps(method)
+    def wrapper(self: ChainClient, *args: Any, **kwargs: Any) -> T:
+        delays = self.retry.delays()
+        while True:
+            try:
+                with self._rpc_lock:
+                    return method(self, *args, **kwargs)
+            except Exception as exc:
+                if not _is_transient(exc):
+                    raise
+                delay = next(delays, None)
+                if delay is None:
+                    raise ChainUnavailable(f"{method.__name__}: chain unreachable: {exc}") from exc
+                time.sleep(delay)
+
+    return wrapper
+
+
+def revert_from(exc: BaseException) -> ContractRevert | None:
+    """The typed revert inside a web3 / eth-tester exception, or None if it is not a revert."""
+    if isinstance(exc, ContractLogicError) and exc.data is not None:
+        data = exc.data
+        if isinstance(data, str):
+            return decode_revert(bytes.fromhex(data.removeprefix("0x")))
+        if isinstance(data, bytes):
+            return decode_revert(data)
+    if isinstance(exc, ContractLogicError):
+        return UnknownRevert(str(exc))
+    if isinstance(exc, TesterTransactionFailed):
+        message = str(exc.args[0]) if exc.args else ""
+        if isinstance(exc.args[0] if exc.args else None, bytes):
+            return decode_revert(exc.args[0])
+        prefix = "execution reverted: "
+        if message.startswith(prefix + "b'") or message.startswith(prefix + 'b"'):
+            return decode_revert(ast.literal_eval(message[len(prefix) :]))
+        return UnknownRevert(message)
+    return None
+
+
+class ChainClient:
+    """Talks JSON-RPC for one account. Settings are passed in, never read here."""
+
+    def __init__(
+        self,
+        w3: Web3,
+        account: LocalAccount,
+        *,
+        nonce_lock_path: Path | None = None,
+        retry: RetryPolicy | None = None,
+        receipt_timeout: float = 120.0,
+        poll_interval: float = 0.02,
+        gas_margin: float = 1.25,
+        priority_fee: int = 10**9,
+    ):
+        self.w3 = w3
+        self.account = account
+        self.address = account.address
+        self.retry = retry or RetryPolicy()
+        self.receipt_timeout = receipt_timeout
+        self.poll_interval = poll_interval
+        self.gas_margin = gas_margin
+        self.priority_fee = priority_fee
+        self.decoder = EventDecoder()
+        self.nonces = NonceManager(nonce_lock_path)
+        # py-evm is not thread-safe: one in-process chain serves one RPC at a time.
+        self.in_process = isinstance(w3.provider, EthereumTesterProvider)
+        self._rpc_lock: Any = threading.RLock() if self.in_process else contextlib.nullcontext()
+        self._chain_id: int | None = None
+
+    # ---------------------------------------------------------------- reads
+
+    @property
+    def chain_id(self) -> int:
+        if self._chain_id is None:
+            self._chain_id = self._read(lambda: self.w3.eth.chain_id)
+        return self._chain_id
+
+    @with_retries
+    def _read(self, fn: Callable[[], T]) -> T:
+        return fn()
+
+    def block_number(self) -> int:
+        return self._read(lambda: self.w3.eth.block_number)
+
+    def get_logs(self, addresses: list[str], from_block: int, to_block: int) -> list[Any]:
+        query = {"address": addresses, "fromBlock": from_block, "toBlock": to_block}
+        return list(self._read(lambda: self.w3.eth.get_logs(query)))
+
+    def has_code(self, address: str) -> bool:
+        return len(self._read(lambda: self.w3.eth.get_code(to_checksum_address(address)))) > 0
+
+    def balance(self, address: str | None = None) -> int:
+        return self._read(lambda: self.w3.eth.get_balance(to_checksum_address(address or self.address)))
+
+    def call(self, call: ContractCall, *, block: int | str = "latest") -> tuple[Any, ...]:
+        """eth_call from this account; a revert raises its typed ContractRevert."""
+        tx = {"from": self.address, "to": call.to, "data": call.data}
+        try:
+            raw = self._read(lambda: self.w3.eth.call(tx, block))
+        except (ContractLogicError, TesterTransactionFailed) as exc:
+            raise revert_from(exc) from exc
+        return decode_result(call, raw)
+
+    # ---------------------------------------------------------------- writes
+
+    def transact(self, call: ContractCall, *, gas: int | None = None) -> TxReceipt:
+        """Send a contract call as a signed transaction and wait for its receipt."""
+        return self._send({"to": call.to, "data": call.data}, gas)
+
+    def deploy(self, artifact: Artifact, *args: Any) -> TxReceipt:
+        return self._send({"data": encode_deploy(artifact, args)}, None)
+
+    def _send(self, fields: dict[str, Any], gas: int | None) -> TxReceipt:
+        if gas is None:
+            gas = self._estimate_gas(fields)
+        with self.nonces.reserve(self._pending_nonce) as nonce:
+            tx = dict(fields, gas=gas, nonce=nonce, chainId=self.chain_id, value=0, **self._fees())
+            signed = self.account.sign_transaction(tx)
+            tx_hash = self._send_raw(signed.raw_transaction, "0x" + bytes(signed.hash).hex())
+        receipt = self._wait_receipt(tx_hash)
+        if receipt.status != 1:
+            raise self._failure(fields, receipt)
+        return receipt
+
+    def _estimate_gas(self, fields: dict[str, Any]) -> int:
+        tx = dict(fields, **{"from": self.address})
+        try:
+            estimate = self._read(lambda: self.w3.eth.estimate_gas(tx))
+        except (ContractLogicError, TesterTransactionFailed) as exc:
+            raise revert_from(exc) from exc
+        except Web3RPCError as exc:
+            raise TransactionRejected(f"gas estimation failed: {exc}") from exc
+        return int(estimate * self.gas_margin) + 10_000
+
+    def _pending_nonce(self) -> int:
+        return self._read(lambda: self.w3.eth.get_transaction_count(self.address, "pending"))
+
+    def _fees(self) -> dict[str, int]:
+        base = self._read(lambda: self.w3.eth.get_block("latest")).get("baseFeePerGas") or 0
+        return {"maxFeePerGas": 2 * base + self.priority_fee, "maxPriorityFeePerGas": self.priority_fee}
+
+    def _send_raw(self, raw: bytes, tx_hash: str) -> str:
+        delays = self.retry.delays()
+        while True:
+            try:
+                with self._rpc_lock:
+                    self.w3.eth.send_raw_transaction(raw)
+                return tx_hash
+            except Exception as exc:
+                if _is_transient(exc):
+                    delay = next(delays, None)
+                    if delay is None:
+                        raise ChainUnavailable(f"could not send {tx_hash}: {exc}") from exc
+                    time.sleep(delay)
+                    continue
+                message = str(exc).lower()
+                if any(text in message for text in _ALREADY_KNOWN):
+                    return tx_hash  # an earlier attempt reached the node
+                if any(text in message for text in _NONCE_TOO_LOW) and self._known(tx_hash):
+                    return tx_hash  # an earlier attempt was mined already
+                if any(text in message for text in _NONCE_TOO_LOW):
+                    raise NonceConflict(f"nonce of {tx_hash} used by another transaction: {exc}") from exc
+                if isinstance(exc, Web3RPCError | ValueError | EthValidationError):
+                    raise TransactionRejected(f"transaction {tx_hash} rejected: {exc}") from exc
+                raise
+
+    def _known(self, tx_hash: str) -> bool:
+        try:
+            self._read(lambda: self.w3.eth.get_transaction(tx_hash))
+        except TransactionNotFound:
+            return False
+        return True
+
+    def _wait_receipt(self, tx_hash: str) -> TxReceipt:
+        deadline = time.monotonic() + self.receipt_timeout
+        while True:
+            try:
+                raw = self._read(lambda: self.w3.eth.get_transaction_receipt(tx_hash))
+                return self._receipt(raw)
+            except (TransactionNotFound, TimeExhausted):
+                if time.monotonic() > deadline:
+                    raise TransactionTimeout(
+                        f"no receipt for {tx_hash} after {self.receipt_timeout}s"
+                    ) from None
+                time.sleep(self.poll_interval)
+
+    def _receipt(self, raw: Any) -> TxReceipt:
+        events = tuple(e for e in (self.decoder.decode(log) for log in raw["logs"]) if e is not None)
+        address = raw.get("contractAddress")
+        return TxReceipt(
+            tx_hash="0x" + bytes(raw["transactionHash"]).hex(),
+            block_number=int(raw["blockNumber"]),
+            gas_used=int(raw["gasUsed"]),
+            status=int(raw["status"]),
+            contract_address=to_checksum_address(address) if address else None,
+            events=events,
+        )
+
+    def _failure(self, fields: dict[str, Any], receipt: TxReceipt) -> Exception:
+        """Replay a mined-but-reverted transaction at its block to name the error."""
+        tx = dict(fields, **{"from": self.address})
+        try:
+            self._read(lambda: self.w3.eth.call(tx, receipt.block_number - 1))
+        except (ContractLogicError, TesterTransactionFailed) as exc:
+            return revert_from(exc) or UnknownRevert(str(exc))
+        return UnknownRevert(f"transaction {receipt.tx_hash} reverted (out of gas?)")

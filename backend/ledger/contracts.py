@@ -1,0 +1,229 @@
+"""One small class per contract over (address, client), its ABI loaded from the artifact.
+
+Each method encodes its call without I/O (``ContractCall``) and hands it to the client;
+results come back as dataclasses from ``resources``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from eth_utils import to_checksum_address
+
+from .abi import ContractCall, encode_call, functions_by_name
+from .artifacts import load_artifact
+from .client import ChainClient
+from .resources import (
+    DatasetInfo,
+    JobSpec,
+    JobState,
+    JobStatus,
+    NodeInfo,
+    NodeStatus,
+    ParticipantInfo,
+    ProposalInfo,
+    RoundPhase,
+    RuleOutcome,
+    TxReceipt,
+    UpdateInfo,
+)
+
+
+class ContractBase:
+    artifact_name: ClassVar[str]
+
+    def __init__(self, address: str, client: ChainClient):
+        self.address = to_checksum_address(address)
+        self.client = client
+        self.abi = load_artifact(self.artifact_name).abi
+        self._functions = functions_by_name(self.abi)
+
+    def encode(self, function: str, *args: Any) -> ContractCall:
+        return encode_call(self.address, self._functions[function], args)
+
+    def _call(self, function: str, *args: Any) -> tuple[Any, ...]:
+        return self.client.call(self.encode(function, *args))
+
+    def _transact(self, function: str, *args: Any) -> TxReceipt:
+        return self.client.transact(self.encode(function, *args))
+
+
+def _addresses(items: Sequence[str]) -> list[str]:
+    return [to_checksum_address(a) for a in items]
+
+
+class NodeRegistry(ContractBase):
+    artifact_name = "NodeRegistry"
+
+    def register_node(self, name: str, endpoint: str, pubkey: bytes, overlay: bytes) -> TxReceipt:
+        return self._transact("registerNode", name, endpoint, pubkey, overlay)
+
+    def vote_admission(self, applicant: str) -> TxReceipt:
+        return self._transact("voteAdmission", to_checksum_address(applicant))
+
+    def update_endpoint(self, endpoint: str) -> TxReceipt:
+        return self._transact("updateEndpoint", endpoint)
+
+    def leave(self) -> TxReceipt:
+        return self._transact("leaveConsortium")
+
+    def vote_removal(self, member: str) -> TxReceipt:
+        return self._transact("voteRemoval", to_checksum_address(member))
+
+    def is_member(self, account: str) -> bool:
+        return self._call("isMember", to_checksum_address(account))[0]
+
+    def member_count(self) -> int:
+        return self._call("memberCount")[0]
+
+    def members(self) -> list[str]:
+        return _addresses(self._call("members")[0])
+
+    def votes_needed(self) -> int:
+        return self._call("votesNeeded")[0]
+
+    def get_node(self, account: str) -> NodeInfo:
+        name, endpoint, pubkey, overlay, status = self._call("getNode", to_checksum_address(account))
+        return NodeInfo(to_checksum_address(account), name, endpoint, pubkey, overlay, NodeStatus(status))
+
+
+class DataRegistry(ContractBase):
+    artifact_name = "DataRegistry"
+
+    def register_dataset(
+        self, content_hash: bytes, swarm_ref: bytes, schema_hash: bytes, samples: int, privacy_cap: int
+    ) -> int:
+        """Register a dataset owned by this node; returns its id."""
+        receipt = self._transact(
+            "registerDataset", content_hash, swarm_ref, schema_hash, samples, privacy_cap
+        )
+        return receipt.event("DatasetRegistered").args["datasetId"]
+
+    def grant(self, dataset_id: int, grantee: str, wrapped_key: bytes) -> TxReceipt:
+        return self._transact("grant", dataset_id, to_checksum_address(grantee), wrapped_key)
+
+    def revoke(self, dataset_id: int, grantee: str) -> TxReceipt:
+        return self._transact("revoke", dataset_id, to_checksum_address(grantee))
+
+    def spend_privacy(self, dataset_id: int, job_id: int, amount_micro_epsilon: int) -> TxReceipt:
+        return self._transact("spendPrivacy", dataset_id, job_id, amount_micro_epsilon)
+
+    def can_use(self, dataset_id: int, account: str) -> bool:
+        return self._call("canUse", dataset_id, to_checksum_address(account))[0]
+
+    def is_granted(self, dataset_id: int, account: str) -> bool:
+        return self._call("isGranted", dataset_id, to_checksum_address(account))[0]
+
+    def privacy_spent_by_job(self, dataset_id: int, job_id: int) -> int:
+        return self._call("privacySpentByJob", dataset_id, job_id)[0]
+
+    def get_dataset(self, dataset_id: int) -> DatasetInfo:
+        (owner, samples, cap, spent, content, schema, ref) = self._call("getDataset", dataset_id)[0]
+        return DatasetInfo(dataset_id, to_checksum_address(owner), samples, cap, spent, content, schema, ref)
+
+
+class FederatedLearning(ContractBase):
+    artifact_name = "FederatedLearning"
+
+    def propose_job(self, spec: JobSpec) -> int:
+        """Propose a job; returns its id."""
+        receipt = self._transact("proposeJob", spec.as_abi())
+        return receipt.event("JobProposed").args["jobId"]
+
+    def join(self, job_id: int, dataset_id: int) -> TxReceipt:
+        return self._transact("join", job_id, dataset_id)
+
+    def start_job(self, job_id: int, initial_committee: Sequence[str]) -> TxReceipt:
+        return self._transact("startJob", job_id, _addresses(initial_committee))
+
+    def cancel(self, job_id: int) -> TxReceipt:
+        return self._transact("cancel", job_id)
+
+    def submit_update(
+        self, job_id: int, round_: int, reference: bytes, content_hash: bytes, samples: int
+    ) -> TxReceipt:
+        return self._transact("submitUpdate", job_id, round_, reference, content_hash, samples)
+
+    def submit_scores(self, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
+        """Scores (0..10000) by trainer address, for some or all of the round's updates."""
+        trainers = list(scores)
+        return self._transact(
+            "submitScores", job_id, round_, _addresses(trainers), [scores[t] for t in trainers]
+        )
+
+    def finalize_round(self, job_id: int, round_: int) -> TxReceipt:
+        return self._transact("finalizeRound", job_id, round_)
+
+    def propose_global_model(
+        self, job_id: int, round_: int, reference: bytes, model_hash: bytes
+    ) -> TxReceipt:
+        return self._transact("proposeGlobalModel", job_id, round_, reference, model_hash)
+
+    def confirm_global_model(self, job_id: int, round_: int, model_hash: bytes) -> TxReceipt:
+        return self._transact("confirmGlobalModel", job_id, round_, model_hash)
+
+    def job_count(self) -> int:
+        return self._call("jobCount")[0]
+
+    def get_job(self, job_id: int) -> JobState:
+        values = list(self._call("getJob", job_id)[0])
+        values[0] = to_checksum_address(values[0])
+        state = JobState(job_id, *values)
+        return _replace_enums(state)
+
+    def committee(self, job_id: int) -> list[str]:
+        return _addresses(self._call("committee", job_id)[0])
+
+    def get_participant(self, job_id: int, node: str) -> ParticipantInfo:
+        return ParticipantInfo(*self._call("getParticipant", job_id, to_checksum_address(node))[0])
+
+    def get_update(self, job_id: int, round_: int, index: int) -> UpdateInfo:
+        trainer, packed = self._call("getUpdate", job_id, round_, index)
+        return UpdateInfo(to_checksum_address(trainer), packed)
+
+    def get_proposal(self, job_id: int, round_: int, model_hash: bytes) -> ProposalInfo:
+        proposer, votes, digest = self._call("getProposal", job_id, round_, model_hash)[0]
+        return ProposalInfo(to_checksum_address(proposer), votes, digest)
+
+    def quorum(self, committee_size: int) -> int:
+        return self._call("quorum", committee_size)[0]
+
+
+def _replace_enums(state: JobState) -> JobState:
+    return replace(state, status=JobStatus(state.status), phase=RoundPhase(state.phase))
+
+
+class CommitteeRuleHarness(ContractBase):
+    """The committee rule as a pure function (tests and tools; eth_call only)."""
+
+    artifact_name = "CommitteeRuleHarness"
+
+    def decide(
+        self,
+        trainers: Sequence[str],
+        packed_scores: Sequence[int],
+        top_k: int,
+        committee_size: int,
+        current_committee: Sequence[str],
+    ) -> RuleOutcome:
+        ranking, medians, accepted, next_committee = self._call(
+            "decide",
+            _addresses(trainers),
+            list(packed_scores),
+            top_k,
+            committee_size,
+            _addresses(current_committee),
+        )[0]
+        return RuleOutcome(
+            _addresses(ranking), list(medians), _addresses(accepted), _addresses(next_committee)
+        )
+
+
+def pack_scores(scores_by_seat: dict[int, int]) -> int:
+    """Seat -> score (0..10000) as the contract packs them: 16 bits per seat, score + 1."""
+    packed = 0
+    for seat, score in scores_by_seat.items():
+        packed |= (score + 1) << (16 * seat)
+    return packed

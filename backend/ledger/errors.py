@@ -1,0 +1,323 @@
+"""One exception family for the ledger, and the one table that turns revert data into it.
+
+Custom errors of the contracts (contracts/src/Errors.sol) decode to typed subclasses of
+``ContractRevert``; ``decode_revert`` is pure, so both chains and the tests share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eth_abi import decode as abi_decode
+from eth_utils import function_signature_to_4byte_selector, to_checksum_address
+
+from .artifacts import all_artifacts
+
+
+class LedgerError(Exception):
+    """Anything that went wrong talking to the chain."""
+
+
+class LedgerConfigError(LedgerError):
+    """The ledger is not configured or its contracts are not deployed on this chain."""
+
+
+class ChainUnavailable(LedgerError):
+    """The chain's RPC endpoint could not be reached after all retries."""
+
+
+class TransactionRejected(LedgerError):
+    """The node refused the transaction (fee, balance, nonce) before it was mined."""
+
+
+class NonceConflict(TransactionRejected):
+    """Our nonce was used by another transaction: a second sender with the same key?"""
+
+
+class TransactionTimeout(LedgerError):
+    """The transaction was sent but no receipt arrived in time."""
+
+
+class ContractRevert(LedgerError):
+    """The contract refused the call. ``error`` is the Solidity error name, ``args`` its arguments."""
+
+    def __init__(self, message: str, args: dict[str, Any] | None = None, data: bytes = b""):
+        super().__init__(message)
+        self.args_ = dict(args or {})
+        self.data = data
+
+    @property
+    def error(self) -> str:
+        return type(self).__name__
+
+
+class RevertedWithReason(ContractRevert):
+    """require(condition, "reason") or revert("reason")."""
+
+    error = "Error"
+
+
+class Panic(ContractRevert):
+    """An assertion, overflow or out-of-bounds access (Panic(uint256))."""
+
+    error = "Panic"
+
+
+class UnknownRevert(ContractRevert):
+    """Revert data with a selector that no artifact declares (or no data at all)."""
+
+
+class NotMember(ContractRevert):
+    """The account is not a member of the consortium."""
+
+
+class AlreadyMember(ContractRevert):
+    """The account is a member already."""
+
+
+class AlreadyApplied(ContractRevert):
+    """The account has applied already."""
+
+
+class NotApplicant(ContractRevert):
+    """The account has not applied for membership."""
+
+
+class AlreadyVoted(ContractRevert):
+    """This account has voted already."""
+
+
+class InvalidPublicKey(ContractRevert):
+    """The public key is not 64 bytes or does not belong to the sender."""
+
+
+class EmptyField(ContractRevert):
+    """A required field is empty."""
+
+
+class UnknownJob(ContractRevert):
+    """No job with this id."""
+
+
+class NotJobProposer(ContractRevert):
+    """Only the job's proposer may do this."""
+
+
+class InvalidJobSpec(ContractRevert):
+    """The job specification is invalid."""
+
+
+class JobNotOpen(ContractRevert):
+    """The job is not open for joining."""
+
+
+class JobNotRunning(ContractRevert):
+    """The job is not running."""
+
+
+class JobIsCancelled(ContractRevert):
+    """The job was cancelled."""
+
+
+class DeadlinePassed(ContractRevert):
+    """The deadline has passed."""
+
+
+class AlreadyJoined(ContractRevert):
+    """The node has joined this job already."""
+
+
+class NotParticipant(ContractRevert):
+    """The node has not joined this job."""
+
+
+class NotEnoughParticipants(ContractRevert):
+    """Too few participants to start."""
+
+
+class TooManyParticipants(ContractRevert):
+    """The job is full."""
+
+
+class InvalidCommittee(ContractRevert):
+    """A committee member is not a participant or appears twice."""
+
+
+class WrongRound(ContractRevert):
+    """The call names another round than the current one."""
+
+
+class WrongPhase(ContractRevert):
+    """The round is not in the phase this call needs."""
+
+
+class CommitteeCannotTrain(ContractRevert):
+    """Committee members do not submit updates in their round."""
+
+
+class DuplicateUpdate(ContractRevert):
+    """This trainer submitted an update in this round already."""
+
+
+class NotCommitteeMember(ContractRevert):
+    """The sender is not on the committee for this step."""
+
+
+class DuplicateScores(ContractRevert):
+    """This member scored this round (or this update) already."""
+
+
+class UnknownUpdate(ContractRevert):
+    """No update from this trainer in this round."""
+
+
+class ScoreOutOfRange(ContractRevert):
+    """Scores are integers in [0, 10000]."""
+
+
+class LengthMismatch(ContractRevert):
+    """List lengths differ."""
+
+
+class ScoringNotOpen(ContractRevert):
+    """Updates are still coming in and the training deadline has not passed."""
+
+
+class RoundNotFinalizable(ContractRevert):
+    """Scores are missing and the scoring deadline has not passed."""
+
+
+class ProposalMismatch(ContractRevert):
+    """No global model proposal with this hash."""
+
+
+class ProposalExists(ContractRevert):
+    """This global model was proposed already: confirm it instead."""
+
+
+class InvalidReference(ContractRevert):
+    """A swarm reference is 32 or 64 bytes."""
+
+
+class InvalidUpdate(ContractRevert):
+    """The update is invalid."""
+
+
+class UnknownDataset(ContractRevert):
+    """No dataset with this id."""
+
+
+class NotDatasetOwner(ContractRevert):
+    """Only the dataset's owner may do this."""
+
+
+class NotGranted(ContractRevert):
+    """The account has no grant on this dataset."""
+
+
+class DatasetNotUsable(ContractRevert):
+    """The node neither owns nor was granted this dataset."""
+
+
+class PrivacyBudgetExceeded(ContractRevert):
+    """The spend would pass the dataset's privacy cap."""
+
+
+class InvalidDataset(ContractRevert):
+    """The dataset record is invalid."""
+
+
+# The one table: Solidity error name -> exception. Every custom error in the artifacts must be here
+# (tests/ledger/test_errors.py checks it); selectors are computed from the artifacts' ABIs.
+ERROR_TYPES: dict[str, type[ContractRevert]] = {
+    "NotMember": NotMember,
+    "AlreadyMember": AlreadyMember,
+    "AlreadyApplied": AlreadyApplied,
+    "NotApplicant": NotApplicant,
+    "AlreadyVoted": AlreadyVoted,
+    "InvalidPublicKey": InvalidPublicKey,
+    "EmptyField": EmptyField,
+    "UnknownJob": UnknownJob,
+    "NotJobProposer": NotJobProposer,
+    "InvalidJobSpec": InvalidJobSpec,
+    "JobNotOpen": JobNotOpen,
+    "JobNotRunning": JobNotRunning,
+    "JobIsCancelled": JobIsCancelled,
+    "DeadlinePassed": DeadlinePassed,
+    "AlreadyJoined": AlreadyJoined,
+    "NotParticipant": NotParticipant,
+    "NotEnoughParticipants": NotEnoughParticipants,
+    "TooManyParticipants": TooManyParticipants,
+    "InvalidCommittee": InvalidCommittee,
+    "WrongRound": WrongRound,
+    "WrongPhase": WrongPhase,
+    "CommitteeCannotTrain": CommitteeCannotTrain,
+    "DuplicateUpdate": DuplicateUpdate,
+    "NotCommitteeMember": NotCommitteeMember,
+    "DuplicateScores": DuplicateScores,
+    "UnknownUpdate": UnknownUpdate,
+    "ScoreOutOfRange": ScoreOutOfRange,
+    "LengthMismatch": LengthMismatch,
+    "ScoringNotOpen": ScoringNotOpen,
+    "RoundNotFinalizable": RoundNotFinalizable,
+    "ProposalMismatch": ProposalMismatch,
+    "ProposalExists": ProposalExists,
+    "InvalidReference": InvalidReference,
+    "InvalidUpdate": InvalidUpdate,
+    "UnknownDataset": UnknownDataset,
+    "NotDatasetOwner": NotDatasetOwner,
+    "NotGranted": NotGranted,
+    "DatasetNotUsable": DatasetNotUsable,
+    "PrivacyBudgetExceeded": PrivacyBudgetExceeded,
+    "InvalidDataset": InvalidDataset,
+}
+
+
+class _ErrorSpec:
+    __slots__ = ("name", "names", "types")
+
+    def __init__(self, name: str, names: list[str], types: list[str]):
+        self.name, self.names, self.types = name, names, types
+
+
+def _selector_table() -> dict[bytes, _ErrorSpec]:
+    table = {
+        bytes.fromhex("08c379a0"): _ErrorSpec("Error", ["reason"], ["string"]),
+        bytes.fromhex("4e487b71"): _ErrorSpec("Panic", ["code"], ["uint256"]),
+    }
+    for artifact in all_artifacts():
+        for item in artifact.abi:
+            if item["type"] != "error":
+                continue
+            types = [i["type"] for i in item["inputs"]]
+            selector = function_signature_to_4byte_selector(f"{item['name']}({','.join(types)})")
+            table[selector] = _ErrorSpec(item["name"], [i["name"] for i in item["inputs"]], types)
+    return table
+
+
+SELECTORS = _selector_table()
+
+
+def _jsonable(value: Any, abi_type: str) -> Any:
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return to_checksum_address(value) if abi_type == "address" else value
+
+
+def decode_revert(data: bytes) -> ContractRevert:
+    """Turn revert data (selector + ABI-encoded arguments) into a typed exception."""
+    spec = SELECTORS.get(bytes(data[:4]))
+    if spec is None:
+        return UnknownRevert(f"reverted without a known error (data 0x{bytes(data).hex()})", data=bytes(data))
+    try:
+        values = abi_decode(spec.types, bytes(data[4:]))
+    except Exception:  # malformed arguments: still name the error
+        values = ()
+    args = {n: _jsonable(v, t) for n, t, v in zip(spec.names, spec.types, values, strict=False)}
+    if spec.name == "Error":
+        return RevertedWithReason(f"reverted: {args.get('reason', '')}", args, bytes(data))
+    if spec.name == "Panic":
+        return Panic(f"panic 0x{args.get('code', 0):02x}", args, bytes(data))
+    cls = ERROR_TYPES.get(spec.name, UnknownRevert)
+    shown = ", ".join(f"{k}={v}" for k, v in args.items())
+    return cls(f"{spec.name}({shown}): {cls.__doc__}", args, bytes(data))

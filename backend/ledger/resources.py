@@ -1,0 +1,180 @@
+"""Typed results of ledger calls: dataclasses and NamedTuples, never raw dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from .abi import DecodedEvent
+
+
+@dataclass(frozen=True)
+class TxReceipt:
+    tx_hash: str
+    block_number: int
+    gas_used: int
+    status: int
+    contract_address: str | None = None
+    events: tuple[DecodedEvent, ...] = ()
+
+    def event(self, name: str) -> DecodedEvent:
+        """The first event of that name in this transaction (KeyError if none)."""
+        for item in self.events:
+            if item.name == name:
+                return item
+        raise KeyError(f"no {name} event in transaction {self.tx_hash}")
+
+
+class NodeStatus(IntEnum):
+    NONE = 0
+    APPLIED = 1
+    MEMBER = 2
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    address: str
+    name: str
+    endpoint: str
+    pubkey: bytes
+    overlay: bytes
+    status: NodeStatus
+
+
+class JobStatus(IntEnum):
+    NONE = 0
+    OPEN = 1
+    RUNNING = 2
+    FINISHED = 3
+    CANCELLED = 4
+    FAILED = 5
+
+
+class RoundPhase(IntEnum):
+    TRAINING = 0
+    AGGREGATING = 1
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What proposeJob takes. Deadlines are unix seconds (or block numbers with use_blocks)."""
+
+    config_hash: bytes
+    initial_model_ref: bytes
+    initial_model_hash: bytes
+    rounds: int
+    committee_size: int
+    top_k: int
+    min_trainers: int
+    join_deadline: int
+    train_period: int
+    score_period: int
+    use_blocks: bool = False
+
+    def as_abi(self) -> tuple[Any, ...]:
+        return (
+            self.config_hash,
+            self.initial_model_ref,
+            self.initial_model_hash,
+            self.rounds,
+            self.committee_size,
+            self.top_k,
+            self.min_trainers,
+            self.use_blocks,
+            self.join_deadline,
+            self.train_period,
+            self.score_period,
+        )
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: int
+    proposer: str
+    rounds: int
+    round: int
+    committee_size: int
+    top_k: int
+    min_trainers: int
+    status: JobStatus
+    phase: RoundPhase
+    use_blocks: bool
+    join_deadline: int
+    train_period: int
+    score_period: int
+    update_deadline: int
+    score_deadline: int
+    participant_count: int
+    update_count: int
+    score_count: int
+    config_hash: bytes
+    model_hash: bytes
+    model_ref_digest: bytes
+
+
+@dataclass(frozen=True)
+class ParticipantInfo:
+    joined: bool
+    index: int
+    dataset_id: int
+    update_round: int
+    update_index: int
+    score_round: int
+    vote_round: int
+    committee_round: int
+    seat: int
+
+
+@dataclass(frozen=True)
+class UpdateInfo:
+    trainer: str
+    packed_scores: int
+
+    def scores_by_seat(self) -> dict[int, int]:
+        """Seat -> score for the members who scored this update."""
+        out = {}
+        for seat in range(16):
+            value = (self.packed_scores >> (16 * seat)) & 0xFFFF
+            if value:
+                out[seat] = value - 1
+        return out
+
+
+@dataclass(frozen=True)
+class ProposalInfo:
+    proposer: str
+    votes: int
+    ref_digest: bytes
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    dataset_id: int
+    owner: str
+    samples: int
+    privacy_cap: int
+    privacy_spent: int
+    content_hash: bytes
+    schema_hash: bytes
+    swarm_ref: bytes
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """CommitteeRule's answer (same fields as fl_node.committee.RoundOutcome)."""
+
+    ranking: list[str]
+    medians: list[int]
+    accepted: list[str]
+    next_committee: list[str]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    chain_id: int
+    block: int
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    def address(self, name: str) -> str:
+        return self.addresses[name]

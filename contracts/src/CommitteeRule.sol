@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.28;
+
+/// @title CommitteeRule: which updates a round accepts and who sits on the next committee.
+/// @notice Exactly fl_node/committee.py (BFLC committee consensus, Li et al. 2020), integers only.
+/// `packedScores[i]` holds the scores of update i: 16 bits per committee seat, value score + 1
+/// (0 = that member gave no score). Median over the present values, floor of the mean of the
+/// middle pair for even counts, 0 if none. Ranking: median desc, then trainer address (uint160) asc.
+/// Accepted: the first `topK` ranked with median > 0. Next committee: the first `committeeSize`
+/// ranked trainers, remaining seats filled from `current` in order.
+library CommitteeRule {
+    uint256 internal constant MAX_SCORE = 10_000;
+    uint256 internal constant MAX_SEATS = 16;
+
+    struct Outcome {
+        address[] ranking;
+        uint16[] medians; // in ranking order
+        address[] accepted;
+        address[] nextCommittee;
+    }
+
+    function median(uint256 packed) internal pure returns (uint16) {
+        uint256[MAX_SEATS] memory values;
+        uint256 n;
+        for (uint256 seat; seat < MAX_SEATS; ++seat) {
+            uint256 v = (packed >> (16 * seat)) & 0xffff;
+            if (v == 0) continue;
+            v -= 1;
+            uint256 j = n;
+            while (j > 0 && values[j - 1] > v) {
+                values[j] = values[j - 1];
+                --j;
+            }
+            values[j] = v;
+            ++n;
+        }
+        if (n == 0) return 0;
+        if (n % 2 == 1) return uint16(values[n / 2]);
+        return uint16((values[n / 2 - 1] + values[n / 2]) / 2);
+    }
+
+    function decide(
+        address[] memory trainers,
+        uint256[] memory packedScores,
+        uint256 topK,
+        uint256 committeeSize,
+        address[] memory current
+    ) internal pure returns (Outcome memory out) {
+        uint256 n = trainers.length;
+        out.ranking = new address[](n);
+        out.medians = new uint16[](n);
+        for (uint256 i; i < n; ++i) {
+            address t = trainers[i];
+            uint16 m = median(packedScores[i]);
+            uint256 j = i;
+            while (j > 0 && _before(t, m, out.ranking[j - 1], out.medians[j - 1])) {
+                out.ranking[j] = out.ranking[j - 1];
+                out.medians[j] = out.medians[j - 1];
+                --j;
+            }
+            out.ranking[j] = t;
+            out.medians[j] = m;
+        }
+        uint256 accepted;
+        while (accepted < n && accepted < topK && out.medians[accepted] > 0) ++accepted;
+        out.accepted = new address[](accepted);
+        for (uint256 i; i < accepted; ++i) out.accepted[i] = out.ranking[i];
+
+        address[] memory next = new address[](committeeSize);
+        uint256 seats;
+        for (; seats < committeeSize && seats < n; ++seats) next[seats] = out.ranking[seats];
+        for (uint256 c; c < current.length && seats < committeeSize; ++c) {
+            if (!_contains(next, seats, current[c])) next[seats++] = current[c];
+        }
+        assembly {
+            mstore(next, seats)
+        }
+        out.nextCommittee = next;
+    }
+
+    function _before(address a, uint16 ma, address b, uint16 mb) private pure returns (bool) {
+        return ma > mb || (ma == mb && uint160(a) < uint160(b));
+    }
+
+    function _contains(address[] memory list, uint256 len, address x) private pure returns (bool) {
+        for (uint256 i; i < len; ++i) if (list[i] == x) return true;
+        return false;
+    }
+}
+
+/// @notice Test entry point: the rule as an external pure function, called with eth_call.
+contract CommitteeRuleHarness {
+    function decide(
+        address[] calldata trainers,
+        uint256[] calldata packedScores,
+        uint256 topK,
+        uint256 committeeSize,
+        address[] calldata current
+    ) external pure returns (CommitteeRule.Outcome memory) {
+        return CommitteeRule.decide(trainers, packedScores, topK, committeeSize, current);
+    }
+}

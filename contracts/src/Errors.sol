@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.28;
+
+// Every rule of the DeFL contracts refuses with one of these named errors.
+// backend/ledger/errors.py maps each 4-byte selector to a typed Python exception.
+
+// --- membership (NodeRegistry, and every contract that needs a member) ---
+error NotMember(address account);
+error AlreadyMember(address account);
+error AlreadyApplied(address account);
+error NotApplicant(address account);
+error AlreadyVoted(address voter);
+error InvalidPublicKey(address account);
+error EmptyField(string field);
+
+// --- jobs and rounds (FederatedLearning) ---
+error UnknownJob(uint256 jobId);
+error NotJobProposer(uint256 jobId, address account);
+error InvalidJobSpec(string reason);
+error JobNotOpen(uint256 jobId);
+error JobNotRunning(uint256 jobId);
+error JobIsCancelled(uint256 jobId);
+error DeadlinePassed(uint64 deadline, uint64 current);
+error AlreadyJoined(uint256 jobId, address account);
+error NotParticipant(uint256 jobId, address account);
+error NotEnoughParticipants(uint256 have, uint256 need);
+error TooManyParticipants(uint256 limit);
+error InvalidCommittee(address account);
+error WrongRound(uint16 current, uint16 given);
+error WrongPhase(uint256 jobId);
+error CommitteeCannotTrain(address account);
+error DuplicateUpdate(address trainer);
+error NotCommitteeMember(address account);
+error DuplicateScores(address member);
+error UnknownUpdate(address trainer);
+error ScoreOutOfRange(uint256 score);
+error LengthMismatch(uint256 expected, uint256 given);
+error ScoringNotOpen(uint256 jobId);
+error RoundNotFinalizable(uint256 jobId);
+error ProposalMismatch(bytes32 modelHash);
+error ProposalExists(bytes32 modelHash);
+error InvalidReference(uint256 length);
+error InvalidUpdate(string reason);
+
+// --- datasets (DataRegistry) ---
+error UnknownDataset(uint256 datasetId);
+error NotDatasetOwner(uint256 datasetId, address account);
+error NotGranted(uint256 datasetId, address account);
+error DatasetNotUsable(uint256 datasetId, address account);
+error PrivacyBudgetExceeded(uint256 datasetId, uint64 spent, uint64 requested, uint64 cap);
+error InvalidDataset(string reason);

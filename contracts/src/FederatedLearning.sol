@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.28;
+
+import "./Errors.sol";
+import {INodeRegistry, IDataRegistry} from "./INodeRegistry.sol";
+import {CommitteeRule} from "./CommitteeRule.sol";
+
+/// @title FederatedLearning: jobs, rounds and committee consensus (BFLC) for DeFL.
+/// @notice Round r of a running job: participants outside the round's committee submit one update
+/// each (`submitUpdate`); committee members score the updates (`submitScores`) once the updates are
+/// all in or the training deadline passed; anyone finalizes (`finalizeRound`) once every member
+/// scored or the scoring deadline passed. Finalizing applies CommitteeRule: accepted set and the
+/// next committee. The next committee aggregates off-chain; one member proposes the round's global
+/// model (`proposeGlobalModel`), the others confirm it (`confirmGlobalModel`); a majority of the
+/// committee (committeeSize / 2 + 1 votes, the proposer's included) fixes it and opens round r + 1
+/// (or finishes the job after the last round). Deadlines are in seconds (block.timestamp) or, with
+/// `useBlocks`, in blocks. Only references, hashes, scores and membership are stored or emitted.
+contract FederatedLearning {
+    uint256 public constant MAX_PARTICIPANTS = 200;
+    uint256 public constant MAX_COMMITTEE = 16;
+    uint256 public constant MAX_SCORE = 10_000;
+
+    enum Status {
+        None,
+        Open,
+        Running,
+        Finished,
+        Cancelled,
+        Failed
+    }
+
+    enum Phase {
+        Training,
+        Aggregating
+    }
+
+    struct JobSpec {
+        bytes32 configHash;
+        bytes initialModelRef; // swarm reference: 32 bytes, or 64 for an encrypted one
+        bytes32 initialModelHash;
+        uint16 rounds;
+        uint8 committeeSize;
+        uint8 topK;
+        uint16 minTrainers;
+        bool useBlocks;
+        uint64 joinDeadline; // absolute: timestamp, or block number with useBlocks
+        uint32 trainPeriod; // per round: updates are due trainPeriod after the round opens
+        uint32 scorePeriod; // scores are due scorePeriod after the update deadline
+    }
+
+    struct Job {
+        address proposer;
+        uint16 rounds;
+        uint16 round; // current round, 1-based; 0 before the start
+        uint8 committeeSize;
+        uint8 topK;
+        uint16 minTrainers;
+        Status status;
+        Phase phase;
+        bool useBlocks;
+        uint64 joinDeadline;
+        uint32 trainPeriod;
+        uint32 scorePeriod;
+        uint64 updateDeadline;
+        uint64 scoreDeadline;
+        uint16 participantCount;
+        uint16 updateCount;
+        uint8 scoreCount;
+        bytes32 configHash;
+        bytes32 modelHash; // the current global model
+        bytes32 modelRefDigest; // keccak256 of its reference
+    }
+
+    struct Participant {
+        bool joined;
+        uint16 index;
+        uint64 datasetId;
+        uint16 updateRound; // last round with an update from this node
+        uint16 updateIndex;
+        uint16 scoreRound; // last round this node scored
+        uint16 voteRound; // last round whose global model this node proposed or confirmed
+        uint16 committeeRound; // the round this node sits on the committee for
+        uint8 seat;
+    }
+
+    struct Proposal {
+        address proposer;
+        uint8 votes;
+        bytes32 refDigest;
+    }
+
+    INodeRegistry public immutable registry;
+    IDataRegistry public immutable dataRegistry;
+    uint256 public jobCount;
+
+    mapping(uint256 => Job) private _jobs;
+    mapping(uint256 => mapping(address => Participant)) private _participants;
+    mapping(uint256 => address[MAX_COMMITTEE]) private _committee;
+    mapping(uint256 => mapping(uint256 => address)) private _trainerAt; // job => (round << 16 | index)
+    mapping(uint256 => mapping(uint256 => uint256)) private _scores; // same key; 16 bits per seat
+    mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash)
+
+    event JobProposed(uint256 indexed jobId, address indexed proposer, JobSpec spec);
+    event ParticipantJoined(uint256 indexed jobId, address indexed node, uint256 datasetId, uint16 index);
+    event JobStarted(uint256 indexed jobId, address[] committee);
+    event RoundOpened(
+        uint256 indexed jobId,
+        uint16 indexed round,
+        address[] committee,
+        bytes32 modelHash,
+        uint64 updateDeadline,
+        uint64 scoreDeadline
+    );
+    event UpdateSubmitted(
+        uint256 indexed jobId,
+        uint16 indexed round,
+        address indexed trainer,
+        uint16 index,
+        bytes modelRef,
+        bytes32 contentHash,
+        uint64 samples
+    );
+    event ScoresSubmitted(
+        uint256 indexed jobId, uint16 indexed round, address indexed member, address[] trainers, uint16[] scores
+    );
+    event RoundFinalized(
+        uint256 indexed jobId,
+        uint16 indexed round,
+        address[] ranking,
+        uint16[] medians,
+        address[] accepted,
+        address[] nextCommittee
+    );
+    event GlobalModelProposed(
+        uint256 indexed jobId, uint16 indexed round, address indexed proposer, bytes modelRef, bytes32 modelHash
+    );
+    event GlobalModelConfirmed(
+        uint256 indexed jobId, uint16 indexed round, address indexed member, bytes32 modelHash, uint8 votes, uint8 needed
+    );
+    event GlobalModelFixed(
+        uint256 indexed jobId, uint16 indexed round, bytes32 modelHash, bytes32 referenceDigest, address proposer
+    );
+    event JobFinished(uint256 indexed jobId, bytes32 modelHash, bytes32 referenceDigest);
+    event JobFailed(uint256 indexed jobId, uint16 indexed round, uint16 updates, uint16 minTrainers);
+    event JobCancelled(uint256 indexed jobId, uint16 round);
+
+    constructor(INodeRegistry registry_, IDataRegistry dataRegistry_) {
+        registry = registry_;
+        dataRegistry = dataRegistry_;
+    }
+
+    // ------------------------------------------------------------------ jobs
+
+    function proposeJob(JobSpec calldata spec) external returns (uint256 jobId) {
+        _requireMember();
+        if (spec.configHash == bytes32(0)) revert InvalidJobSpec("configHash");
+        _requireReference(spec.initialModelRef);
+        if (spec.initialModelHash == bytes32(0)) revert InvalidJobSpec("initialModelHash");
+        if (spec.rounds == 0) revert InvalidJobSpec("rounds");
+        if (spec.committeeSize == 0 || spec.committeeSize > MAX_COMMITTEE) revert InvalidJobSpec("committeeSize");
+        if (spec.topK == 0) revert InvalidJobSpec("topK");
+        if (spec.minTrainers == 0) revert InvalidJobSpec("minTrainers");
+        if (spec.trainPeriod == 0 || spec.scorePeriod == 0) revert InvalidJobSpec("period");
+        if (spec.joinDeadline <= (spec.useBlocks ? block.number : block.timestamp)) {
+            revert InvalidJobSpec("joinDeadline");
+        }
+        jobId = ++jobCount;
+        Job storage job = _jobs[jobId];
+        job.proposer = msg.sender;
+        job.rounds = spec.rounds;
+        job.committeeSize = spec.committeeSize;
+        job.topK = spec.topK;
+        job.minTrainers = spec.minTrainers;
+        job.status = Status.Open;
+        job.useBlocks = spec.useBlocks;
+        job.joinDeadline = spec.joinDeadline;
+        job.trainPeriod = spec.trainPeriod;
+        job.scorePeriod = spec.scorePeriod;
+        job.configHash = spec.configHash;
+        job.modelHash = spec.initialModelHash;
+        job.modelRefDigest = keccak256(spec.initialModelRef);
+        emit JobProposed(jobId, msg.sender, spec);
+    }
+
+    function join(uint256 jobId, uint256 datasetId) external {
+        Job storage job = _open(jobId);
+        uint64 current = _now(job);
+        if (current > job.joinDeadline) revert DeadlinePassed(job.joinDeadline, current);
+        _requireMember();
+        Participant storage p = _participants[jobId][msg.sender];
+        if (p.joined) revert AlreadyJoined(jobId, msg.sender);
+        if (job.participantCount >= MAX_PARTICIPANTS) revert TooManyParticipants(MAX_PARTICIPANTS);
+        if (!dataRegistry.canUse(datasetId, msg.sender)) revert DatasetNotUsable(datasetId, msg.sender);
+        uint16 index = job.participantCount++;
+        p.joined = true;
+        p.index = index;
+        p.datasetId = uint64(datasetId);
+        emit ParticipantJoined(jobId, msg.sender, datasetId, index);
+    }
+
+    /// @notice The proposer starts the job with its initial committee (participants, in seat order).
+    function startJob(uint256 jobId, address[] calldata initialCommittee) external {
+        Job storage job = _open(jobId);
+        if (msg.sender != job.proposer) revert NotJobProposer(jobId, msg.sender);
+        if (initialCommittee.length != job.committeeSize) revert LengthMismatch(job.committeeSize, initialCommittee.length);
+        uint256 need = uint256(job.committeeSize) + job.minTrainers;
+        if (job.participantCount < need) revert NotEnoughParticipants(job.participantCount, need);
+        for (uint256 seat; seat < initialCommittee.length; ++seat) {
+            Participant storage p = _participants[jobId][initialCommittee[seat]];
+            if (!p.joined || p.committeeRound == 1) revert InvalidCommittee(initialCommittee[seat]);
+            p.committeeRound = 1;
+            p.seat = uint8(seat);
+            _committee[jobId][seat] = initialCommittee[seat];
+        }
+        job.status = Status.Running;
+        emit JobStarted(jobId, initialCommittee);
+        _openRound(jobId, job, 1);
+    }
+
+    function cancel(uint256 jobId) external {
+        Job storage job = _job(jobId);
+        if (msg.sender != job.proposer) revert NotJobProposer(jobId, msg.sender);
+        if (job.status == Status.Cancelled) revert JobIsCancelled(jobId);
+        if (job.status != Status.Open && job.status != Status.Running) revert JobNotRunning(jobId);
+        job.status = Status.Cancelled;
+        emit JobCancelled(jobId, job.round);
+    }
+
+    // ------------------------------------------------------------------ rounds
+
+    function submitUpdate(uint256 jobId, uint16 round, bytes calldata modelRef, bytes32 contentHash, uint64 samples)
+        external
+    {
+        Job storage job = _training(jobId, round);
+        uint64 current = _now(job);
+        if (current > job.updateDeadline) revert DeadlinePassed(job.updateDeadline, current);
+        _requireMember();
+        Participant storage p = _participants[jobId][msg.sender];
+        if (!p.joined) revert NotParticipant(jobId, msg.sender);
+        if (p.committeeRound == round) revert CommitteeCannotTrain(msg.sender);
+        if (p.updateRound == round) revert DuplicateUpdate(msg.sender);
+        _requireReference(modelRef);
+        if (contentHash == bytes32(0)) revert InvalidUpdate("contentHash");
+        if (samples == 0) revert InvalidUpdate("samples");
+        uint16 index = job.updateCount++;
+        p.updateRound = round;
+        p.updateIndex = index;
+        _trainerAt[jobId][(uint256(round) << 16) | index] = msg.sender;
+        emit UpdateSubmitted(jobId, round, msg.sender, index, modelRef, contentHash, samples);
+    }
+
+    /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once.
+    function submitScores(uint256 jobId, uint16 round, address[] calldata trainers, uint16[] calldata scores)
+        external
+    {
+        Job storage job = _training(jobId, round);
+        uint64 current = _now(job);
+        if (job.updateCount < job.participantCount - job.committeeSize && current <= job.updateDeadline) {
+            revert ScoringNotOpen(jobId);
+        }
+        if (current > job.scoreDeadline) revert DeadlinePassed(job.scoreDeadline, current);
+        _requireMember();
+        Participant storage member = _participants[jobId][msg.sender];
+        if (!member.joined || member.committeeRound != round) revert NotCommitteeMember(msg.sender);
+        if (member.scoreRound == round) revert DuplicateScores(msg.sender);
+        if (trainers.length != scores.length) revert LengthMismatch(trainers.length, scores.length);
+        uint256 shift = 16 * uint256(member.seat);
+        mapping(uint256 => uint256) storage roundScores = _scores[jobId];
+        for (uint256 i; i < trainers.length; ++i) {
+            uint256 score = scores[i];
+            if (score > MAX_SCORE) revert ScoreOutOfRange(score);
+            Participant storage t = _participants[jobId][trainers[i]];
+            if (t.updateRound != round) revert UnknownUpdate(trainers[i]);
+            uint256 key = (uint256(round) << 16) | t.updateIndex;
+            uint256 packed = roundScores[key];
+            if ((packed >> shift) & 0xffff != 0) revert DuplicateScores(msg.sender);
+            roundScores[key] = packed | ((score + 1) << shift);
+        }
+        member.scoreRound = round;
+        job.scoreCount += 1;
+        emit ScoresSubmitted(jobId, round, msg.sender, trainers, scores);
+    }
+
+    /// @notice Anyone, once every committee member scored or the scoring deadline passed.
+    function finalizeRound(uint256 jobId, uint16 round) external {
+        Job storage job = _training(jobId, round);
+        if (job.scoreCount < job.committeeSize && _now(job) <= job.scoreDeadline) revert RoundNotFinalizable(jobId);
+        uint256 n = job.updateCount;
+        if (n < job.minTrainers) {
+            job.status = Status.Failed;
+            emit JobFailed(jobId, round, uint16(n), job.minTrainers);
+            return;
+        }
+        address[] memory trainers = new address[](n);
+        uint256[] memory packed = new uint256[](n);
+        for (uint256 i; i < n; ++i) {
+            uint256 key = (uint256(round) << 16) | i;
+            trainers[i] = _trainerAt[jobId][key];
+            packed[i] = _scores[jobId][key];
+        }
+        uint256 size = job.committeeSize;
+        address[MAX_COMMITTEE] storage seats = _committee[jobId];
+        address[] memory current = new address[](size);
+        for (uint256 s; s < size; ++s) current[s] = seats[s];
+        CommitteeRule.Outcome memory out = CommitteeRule.decide(trainers, packed, job.topK, size, current);
+        for (uint256 s; s < size; ++s) {
+            address next = out.nextCommittee[s];
+            seats[s] = next;
+            Participant storage p = _participants[jobId][next];
+            p.committeeRound = round + 1;
+            p.seat = uint8(s);
+        }
+        job.phase = Phase.Aggregating;
+        emit RoundFinalized(jobId, round, out.ranking, out.medians, out.accepted, out.nextCommittee);
+    }
+
+    /// @notice A member of the newly elected committee proposes the round's aggregated global model.
+    function proposeGlobalModel(uint256 jobId, uint16 round, bytes calldata modelRef, bytes32 modelHash) external {
+        Job storage job = _aggregating(jobId, round);
+        _requireReference(modelRef);
+        if (modelHash == bytes32(0)) revert InvalidUpdate("modelHash");
+        bytes32 key = keccak256(abi.encode(jobId, round, modelHash));
+        Proposal storage proposal = _proposals[key];
+        if (proposal.votes != 0) revert ProposalExists(modelHash);
+        proposal.proposer = msg.sender;
+        proposal.votes = 1;
+        proposal.refDigest = keccak256(modelRef);
+        emit GlobalModelProposed(jobId, round, msg.sender, modelRef, modelHash);
+        _maybeFix(jobId, job, round, modelHash, proposal);
+    }
+
+    /// @notice Another member of the new committee confirms a proposal it recomputed (same model hash).
+    function confirmGlobalModel(uint256 jobId, uint16 round, bytes32 modelHash) external {
+        Job storage job = _aggregating(jobId, round);
+        Proposal storage proposal = _proposals[keccak256(abi.encode(jobId, round, modelHash))];
+        if (proposal.votes == 0) revert ProposalMismatch(modelHash);
+        uint8 votes = ++proposal.votes;
+        emit GlobalModelConfirmed(jobId, round, msg.sender, modelHash, votes, quorum(job.committeeSize));
+        _maybeFix(jobId, job, round, modelHash, proposal);
+    }
+
+    /// @notice Votes that fix a global model: a majority of the committee.
+    function quorum(uint8 committeeSize) public pure returns (uint8) {
+        return committeeSize / 2 + 1;
+    }
+
+    // ------------------------------------------------------------------ views
+
+    function getJob(uint256 jobId) external view returns (Job memory) {
+        return _job(jobId);
+    }
+
+    function committee(uint256 jobId) external view returns (address[] memory members) {
+        Job storage job = _job(jobId);
+        members = new address[](job.committeeSize);
+        for (uint256 s; s < members.length; ++s) members[s] = _committee[jobId][s];
+    }
+
+    function getParticipant(uint256 jobId, address node) external view returns (Participant memory) {
+        return _participants[jobId][node];
+    }
+
+    /// @notice The round's update at `index`: its trainer and packed scores (16 bits per seat, score + 1).
+    function getUpdate(uint256 jobId, uint16 round, uint16 index)
+        external
+        view
+        returns (address trainer, uint256 packedScores)
+    {
+        uint256 key = (uint256(round) << 16) | index;
+        return (_trainerAt[jobId][key], _scores[jobId][key]);
+    }
+
+    function getProposal(uint256 jobId, uint16 round, bytes32 modelHash) external view returns (Proposal memory) {
+        return _proposals[keccak256(abi.encode(jobId, round, modelHash))];
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    function _maybeFix(uint256 jobId, Job storage job, uint16 round, bytes32 modelHash, Proposal storage proposal)
+        private
+    {
+        _participants[jobId][msg.sender].voteRound = round;
+        if (proposal.votes < quorum(job.committeeSize)) return;
+        job.modelHash = modelHash;
+        job.modelRefDigest = proposal.refDigest;
+        emit GlobalModelFixed(jobId, round, modelHash, proposal.refDigest, proposal.proposer);
+        if (round == job.rounds) {
+            job.status = Status.Finished;
+            emit JobFinished(jobId, modelHash, proposal.refDigest);
+        } else {
+            _openRound(jobId, job, round + 1);
+        }
+    }
+
+    function _openRound(uint256 jobId, Job storage job, uint16 round) private {
+        uint64 current = _now(job);
+        uint64 updateDeadline = current + job.trainPeriod;
+        uint64 scoreDeadline = updateDeadline + job.scorePeriod;
+        job.round = round;
+        job.phase = Phase.Training;
+        job.updateDeadline = updateDeadline;
+        job.scoreDeadline = scoreDeadline;
+        job.updateCount = 0;
+        job.scoreCount = 0;
+        address[] memory members = new address[](job.committeeSize);
+        for (uint256 s; s < members.length; ++s) members[s] = _committee[jobId][s];
+        emit RoundOpened(jobId, round, members, job.modelHash, updateDeadline, scoreDeadline);
+    }
+
+    function _job(uint256 jobId) private view returns (Job storage job) {
+        job = _jobs[jobId];
+        if (job.status == Status.None) revert UnknownJob(jobId);
+    }
+
+    function _open(uint256 jobId) private view returns (Job storage job) {
+        job = _job(jobId);
+        if (job.status == Status.Cancelled) revert JobIsCancelled(jobId);
+        if (job.status != Status.Open) revert JobNotOpen(jobId);
+    }
+
+    function _running(uint256 jobId, uint16 round) private view returns (Job storage job) {
+        job = _job(jobId);
+        if (job.status == Status.Cancelled) revert JobIsCancelled(jobId);
+        if (job.status != Status.Running) revert JobNotRunning(jobId);
+        if (round != job.round) revert WrongRound(job.round, round);
+    }
+
+    function _training(uint256 jobId, uint16 round) private view returns (Job storage job) {
+        job = _running(jobId, round);
+        if (job.phase != Phase.Training) revert WrongPhase(jobId);
+    }
+
+    function _aggregating(uint256 jobId, uint16 round) private view returns (Job storage job) {
+        job = _running(jobId, round);
+        if (job.phase != Phase.Aggregating) revert WrongPhase(jobId);
+        _requireMember();
+        Participant storage p = _participants[jobId][msg.sender];
+        if (!p.joined || p.committeeRound != round + 1) revert NotCommitteeMember(msg.sender);
+        if (p.voteRound == round) revert AlreadyVoted(msg.sender);
+    }
+
+    function _requireMember() private view {
+        if (!registry.isMember(msg.sender)) revert NotMember(msg.sender);
+    }
+
+    function _requireReference(bytes calldata modelRef) private pure {
+        if (modelRef.length != 32 && modelRef.length != 64) revert InvalidReference(modelRef.length);
+    }
+
+    function _now(Job storage job) private view returns (uint64) {
+        return uint64(job.useBlocks ? block.number : block.timestamp);
+    }
+}
