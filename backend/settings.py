@@ -124,5 +124,16 @@ DEFL_CONFIRMATIONS = env_int("DEFL_CONFIRMATIONS", 0)
 # --- Swarm store: this node's chunk directory and replication ---
 DEFL_CHUNK_DIR = env("DEFL_CHUNK_DIR", str(DATA_DIR / "chunks"))
 DEFL_REPLICATION = env_int("DEFL_REPLICATION", 3)
-# Static peers (comma-separated base URLs) until the ledger's node registry supplies them.
+# Static peers until the ledger's node registry supplies them.
 DEFL_PEERS = env_list("DEFL_PEERS", [])
+# DEFL_PEERS entries are <chain address>@<base URL>, e.g. 0xAb..@http://127.0.0.1:8101 (see
+# backend/swarm/peers.py); every node may get the same list, a node recognises itself by its key.
+# Acknowledged copies an upload needs per chunk (0: the replication factor R).
+DEFL_SWARM_MIN_REPLICAS = env_int("DEFL_SWARM_MIN_REPLICAS", 0)
+# Accept a peer request whose timestamp is at most this far from our clock (nonces kept twice as long).
+DEFL_SWARM_CLOCK_SKEW_S = env_int("DEFL_SWARM_CLOCK_SKEW_S", 60)
+# fsync every chunk file and directory (atomic + durable); off only for throwaway test stores.
+DEFL_SWARM_FSYNC = env_bool("DEFL_SWARM_FSYNC", True)
+DEFL_SWARM_TIMEOUT_S = env_int("DEFL_SWARM_TIMEOUT_S", 30)
+# Largest peer request body (a push batch) a node reads.
+DEFL_SWARM_MAX_BATCH_BYTES = env_int("DEFL_SWARM_MAX_BATCH_BYTES", 64 << 20)

@@ -1,0 +1,201 @@
+"""The Python API of the store: put, get, pin, unpin, stat, repair, gc.
+
+``Swarm`` composes the pieces (pipeline, network sink, network source, joiner, local
+store) and takes everything as arguments; ``backend.swarm.factory`` builds the node's
+instance from the settings.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from backend.swarm.chunker import DEFAULT_CHUNK_SIZE
+from backend.swarm.download import FetchStats, NetworkSource
+from backend.swarm.joiner import blob_span, join, walk
+from backend.swarm.network import Network
+from backend.swarm.pipeline import Progress, store_stream
+from backend.swarm.reference import Reference
+from backend.swarm.repair import RepairReport, repair_chunks, repair_node
+from backend.swarm.store import ChunkStore, GcResult, StoreUsage
+from backend.swarm.upload import ReplicatingSink
+
+Source = BinaryIO | bytes | str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class BlobStat:
+    reference: str
+    size: int
+    chunks: int
+    encrypted: bool
+    pinned_here: bool
+
+
+@dataclass(frozen=True)
+class NodeStat:
+    address: str
+    replication: int
+    nodes: list[dict[str, object]]
+    usage: StoreUsage
+
+
+class Swarm:
+    def __init__(
+        self,
+        store: ChunkStore,
+        network: Network,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        batch_bytes: int = 8 << 20,
+        max_inflight_bytes: int = 48 << 20,
+    ) -> None:
+        self.store = store
+        self.network = network
+        self.chunk_size = chunk_size
+        self.batch_bytes = batch_bytes
+        self.max_inflight_bytes = max_inflight_bytes
+        self.last_fetch_stats = FetchStats()
+
+    @property
+    def address(self) -> str:
+        return next(n.peer.address for n in self.network.nodes if n.local)
+
+    # --- put / get -------------------------------------------------------------------------
+    def put(
+        self, source: Source, *, encrypt: bool = False, pin: bool = False, progress: Progress | None = None
+    ) -> Reference:
+        """Store a blob on the network (each chunk on its R closest nodes) and return its reference."""
+        sink = ReplicatingSink(
+            self.network, batch_bytes=self.batch_bytes, max_inflight_bytes=self.max_inflight_bytes
+        )
+        with _open_source(source) as stream:
+            reference = store_stream(
+                stream, sink, encrypt=encrypt, chunk_size=self.chunk_size, progress=progress
+            )
+        sink.close()
+        if pin:
+            self.pin(reference)
+        return reference
+
+    def open(self, reference: Reference | str) -> Iterator[memoryview]:
+        """Stream a blob's bytes; every chunk is verified and bad copies are repaired on the way."""
+        source = NetworkSource(self.network)
+        self.last_fetch_stats = source.stats
+        return join(_ref(reference), source)
+
+    def get(
+        self,
+        reference: Reference | str,
+        out: BinaryIO | str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+    ) -> int:
+        """Write a blob to a file or stream; return its size."""
+        if isinstance(out, str | os.PathLike):
+            with open(out, "wb") as f:
+                return self.get(reference, f, progress=progress)
+        done = 0
+        for piece in self.open(reference):
+            out.write(piece)
+            done += len(piece)
+            if progress:
+                progress(done)
+        return done
+
+    def read(self, reference: Reference | str) -> bytes:
+        """A whole (small) blob in memory."""
+        return b"".join(bytes(p) for p in self.open(reference))
+
+    # --- pins ----------------------------------------------------------------------------
+    def chunk_addresses(self, reference: Reference | str) -> list[bytes]:
+        return list(walk(_ref(reference), NetworkSource(self.network), self.chunk_size))
+
+    def pin(self, reference: Reference | str, *, progress: Callable[[int], None] | None = None) -> int:
+        """Keep a full copy of the blob in this node's store, safe from gc; returns its chunk count."""
+        addresses = self.chunk_addresses(reference)
+        wanted = [a for a in dict.fromkeys(addresses) if not self.store.has(a)]
+        source = NetworkSource(self.network)
+        done = len(addresses) - len(wanted)
+        for i in range(0, len(wanted), 16):
+            group = wanted[i : i + 16]
+            self.store.put_many(list(zip(group, source.get_many(group), strict=True)))
+            done += len(group)
+            if progress:
+                progress(done)
+        self.store.pin(addresses)
+        return len(addresses)
+
+    def unpin(self, reference: Reference | str) -> None:
+        self.store.unpin(self.chunk_addresses(reference))
+
+    # --- stat / maintenance ----------------------------------------------------------------
+    def stat(self, reference: Reference | str) -> BlobStat:
+        ref = _ref(reference)
+        addresses = self.chunk_addresses(ref)
+        return BlobStat(
+            reference=str(ref),
+            size=blob_span(ref, NetworkSource(self.network)),
+            chunks=len(addresses),
+            encrypted=ref.encrypted,
+            pinned_here=self.store.pins(ref.address) > 0,
+        )
+
+    def node_stat(self) -> NodeStat:
+        return NodeStat(
+            address=self.address,
+            replication=self.network.r,
+            nodes=[
+                {"address": n.peer.address, "url": n.peer.url, "local": n.local, "up": self.network.is_up(n)}
+                for n in self.network.nodes
+            ],
+            usage=self.store.usage(),
+        )
+
+    def repair(
+        self, reference: Reference | str | None = None, *, progress: Callable[[int], None] | None = None
+    ) -> RepairReport:
+        """Repair one blob's chunks, or (no reference) everything this node holds."""
+        if reference is None:
+            return repair_node(self.network, self.store, progress=progress)
+        return repair_chunks(self.network, self.chunk_addresses(reference), progress=progress)
+
+    def gc(self, *, grace_s: float = 3600.0) -> GcResult:
+        """Drop unpinned chunks this node is not responsible for (not one of their R closest)."""
+        me = self.address
+
+        def responsible(address: bytes) -> bool:
+            return any(n.peer.address == me for n in self.network.ranked(address)[: self.network.r])
+
+        return self.store.gc(responsible, grace_s=grace_s)
+
+    def close(self) -> None:
+        self.network.close()
+
+
+def _ref(reference: Reference | str) -> Reference:
+    return reference if isinstance(reference, Reference) else Reference.parse(reference)
+
+
+class _open_source:
+    """A context manager giving a binary stream for a path, bytes or an open stream."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self._owned: BinaryIO | None = None
+
+    def __enter__(self) -> BinaryIO:
+        if isinstance(self.source, bytes | bytearray | memoryview):
+            return io.BytesIO(self.source)
+        if isinstance(self.source, str | os.PathLike):
+            self._owned = open(Path(self.source), "rb")  # noqa: SIM115 - closed in __exit__
+            return self._owned
+        return self.source
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owned:
+            self._owned.close()

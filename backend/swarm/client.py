@@ -1,0 +1,122 @@
+"""Transports to one node's chunks: over signed HTTP to a peer, or directly to the local store.
+
+Both implement ``ChunkTransport``. Transport failures become ``PeerError`` here, at the
+client edge (one decorator), so callers never see a ``requests`` exception.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, Protocol, TypeVar
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
+from backend.swarm.signing import RequestSigner
+from backend.swarm.store import ChunkStore
+from backend.swarm.wire import decode_addresses, decode_batch, encode_addresses, encode_batch
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PUSH_PATH = "/api/swarm/peer/chunks"
+FETCH_PATH = "/api/swarm/peer/fetch"
+HAS_PATH = "/api/swarm/peer/has"
+
+
+class ChunkTransport(Protocol):
+    def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
+        """Store chunks on the node; return the addresses it acknowledged."""
+        ...
+
+    def fetch(self, addresses: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The chunks the node returned (unverified: the caller checks every one)."""
+        ...
+
+    def has(self, addresses: Sequence[bytes]) -> set[bytes]:
+        """The addresses the node says it holds."""
+        ...
+
+
+def _translate_errors(func: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except requests.HTTPError as exc:
+            response = exc.response
+            raise PeerError(f"{response.url}: HTTP {response.status_code} {response.text[:200]}") from exc
+        except (requests.RequestException, ValueError) as exc:
+            raise PeerError(str(exc)) from exc
+
+    return wrapper
+
+
+class PeerClient:
+    """Signed requests to one peer over a persistent session (keep-alive, pooled connections)."""
+
+    def __init__(
+        self, base_url: str, signer: RequestSigner, *, timeout_s: float = 30.0, connect_timeout_s: float = 3.0
+    ) -> None:
+        if not base_url:
+            raise ValueError("a peer client needs the peer's URL")
+        self.base_url = base_url.rstrip("/")
+        self._prefix = urlsplit(self.base_url).path
+        self.signer = signer
+        self.timeout = (connect_timeout_s, timeout_s)
+        self.session = requests.Session()
+        self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
+        self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
+
+    def _post(self, path: str, body: bytes) -> requests.Response:
+        headers = self.signer.headers("POST", self._prefix + path, body)
+        headers["Content-Type"] = "application/octet-stream"
+        response = self.session.post(self.base_url + path, data=body, headers=headers, timeout=self.timeout)
+        response.raise_for_status()
+        return response
+
+    @_translate_errors
+    def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
+        response = self._post(PUSH_PATH, encode_batch(chunks))
+        return set(decode_addresses(response.content))
+
+    @_translate_errors
+    def fetch(self, addresses: Sequence[bytes]) -> dict[bytes, bytes]:
+        response = self._post(FETCH_PATH, encode_addresses(addresses))
+        return {a: bytes(d) for a, d in decode_batch(response.content)}
+
+    @_translate_errors
+    def has(self, addresses: Sequence[bytes]) -> set[bytes]:
+        response = self._post(HAS_PATH, encode_addresses(addresses))
+        return set(decode_addresses(response.content))
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class LocalTransport:
+    """This node's own store behind the same interface, so placement treats it like any node."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.store = store
+
+    def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
+        return set(self.store.put_many(chunks))
+
+    def fetch(self, addresses: Sequence[bytes]) -> dict[bytes, bytes]:
+        found = {}
+        for address in addresses:
+            try:
+                found[address] = self.store.get(address)
+            except (ChunkNotFound, CorruptChunk):
+                continue  # a corrupt copy was quarantined by the store; the caller falls back
+        return found
+
+    def has(self, addresses: Sequence[bytes]) -> set[bytes]:
+        return set(self.store.has_many(addresses))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,47 @@
+"""One exception family for the swarm store; the HTTP layer maps them to status codes in one place."""
+
+from __future__ import annotations
+
+
+class SwarmError(Exception):
+    """Base of every error the swarm store raises."""
+
+
+class InvalidReference(SwarmError, ValueError):
+    """A reference string is not 64 (plain) or 128 (encrypted) hex characters."""
+
+
+class ChunkNotFound(SwarmError):
+    """No reachable node returned a valid copy of a chunk."""
+
+    def __init__(self, address: bytes, detail: str = "") -> None:
+        super().__init__(f"chunk {address.hex()} not found{': ' + detail if detail else ''}")
+        self.address = address
+
+
+class CorruptChunk(SwarmError):
+    """A chunk's content does not hash to its address."""
+
+    def __init__(self, address: bytes) -> None:
+        super().__init__(f"chunk {address.hex()} is corrupt")
+        self.address = address
+
+
+class SwarmUnavailable(SwarmError):
+    """Not enough of the network answered (the API maps this family to 503)."""
+
+
+class NotEnoughReplicas(SwarmUnavailable):
+    """An upload could not place the required number of copies of every chunk."""
+
+
+class PeerError(SwarmUnavailable):
+    """A peer could not be reached or answered with an error (transport errors end here)."""
+
+
+class SignatureError(SwarmError):
+    """A peer request is unsigned, badly signed, stale or replayed."""
+
+
+class UnregisteredSigner(SignatureError):
+    """A peer request is validly signed by a key that is not a registered node."""

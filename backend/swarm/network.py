@@ -1,0 +1,92 @@
+"""The nodes of the store as one address space: placement, liveness and the thread pool.
+
+A ``Network`` ranks nodes by XOR distance for an address and remembers, for a short
+while, which ones failed, so an upload or download stops asking a node that is down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from backend.swarm.client import ChunkTransport
+from backend.swarm.errors import PeerError
+from backend.swarm.peers import Peer
+from backend.swarm.placement import effective_replication, rank
+
+
+@dataclass(frozen=True)
+class Node:
+    peer: Peer
+    transport: ChunkTransport
+    local: bool = False
+
+
+class Network:
+    def __init__(
+        self,
+        nodes: list[Node],
+        *,
+        replication: int,
+        min_replicas: int = 0,
+        threads: int = 8,
+        down_for_s: float = 15.0,
+    ) -> None:
+        if not nodes:
+            raise ValueError("a network needs at least one node")
+        self.nodes = nodes
+        self.replication = replication
+        self._min_replicas = min_replicas
+        self.down_for_s = down_for_s
+        self._down: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="swarm")
+
+    @property
+    def r(self) -> int:
+        return effective_replication(self.replication, len(self.nodes))
+
+    @property
+    def min_replicas(self) -> int:
+        """Acknowledged copies an upload needs per chunk: the setting, or R when unset (0)."""
+        return min(self._min_replicas or self.r, self.r)
+
+    def ranked(self, address: bytes, *, live_only: bool = False) -> list[Node]:
+        nodes = [n for n in self.nodes if self.is_up(n)] if live_only else self.nodes
+        return rank(address, nodes, lambda n: n.peer.overlay)
+
+    def targets(self, address: bytes) -> list[Node]:
+        """Where a chunk should live now: the R closest nodes among those that are up."""
+        return self.ranked(address, live_only=True)[: self.r]
+
+    def is_up(self, node: Node) -> bool:
+        with self._lock:
+            until = self._down.get(node.peer.address)
+        return until is None or until < time.monotonic()
+
+    def mark_down(self, node: Node) -> None:
+        with self._lock:
+            self._down[node.peer.address] = time.monotonic() + self.down_for_s
+
+    def probe(self) -> list[Node]:
+        """Ask every node whether it answers; mark the silent ones down; return those up."""
+        up = []
+        for node in self.nodes:
+            try:
+                node.transport.has([])
+            except PeerError:
+                self.mark_down(node)
+                continue
+            with self._lock:
+                self._down.pop(node.peer.address, None)
+            up.append(node)
+        return up
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        for node in self.nodes:
+            close = getattr(node.transport, "close", None)
+            if close:
+                close()

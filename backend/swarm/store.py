@@ -1,0 +1,236 @@
+"""A node's local chunk store: one file per chunk plus a small SQLite index.
+
+Files are the truth for data: a chunk is written to a temporary file, fsynced, renamed
+into place and its directory fsynced, so a crash leaves either the whole chunk or none.
+Every read is verified against the address; a corrupt file is moved aside (so the node
+answers "missing" and repair can bring a good copy back). The index holds sizes, pin
+counts (a chunk shared by several pinned blobs counts each pin) and store times, which
+gives usage figures without walking the directory and lets gc find unpinned chunks.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.swarm.errors import ChunkNotFound, CorruptChunk
+from backend.swarm.reference import ADDRESS_SIZE, is_valid_chunk
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    address BLOB PRIMARY KEY,
+    size INTEGER NOT NULL,
+    pins INTEGER NOT NULL DEFAULT 0,
+    stored_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    chunks: int
+    bytes: int
+    pinned_chunks: int
+    pinned_bytes: int
+
+
+@dataclass(frozen=True)
+class GcResult:
+    removed_chunks: int
+    removed_bytes: int
+
+
+class ChunkStore:
+    def __init__(self, root: str | Path, *, fsync: bool = True) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "corrupt").mkdir(exist_ok=True)
+        self.fsync = fsync
+        self._local = threading.local()
+        with self._db() as db:
+            db.execute(_SCHEMA)
+
+    # --- index -------------------------------------------------------------------------
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # One connection per thread (gunicorn serves requests on several threads);
+        # WAL lets the node process and a management command share the index.
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.root / "index.sqlite3", timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # --- paths ---------------------------------------------------------------------------
+    def path(self, address: bytes) -> Path:
+        if len(address) != ADDRESS_SIZE:
+            raise ValueError("a chunk address is 32 bytes")
+        name = address.hex()
+        return self.root / name[:2] / name
+
+    # --- writing -------------------------------------------------------------------------
+    def put(self, address: bytes, data: bytes) -> None:
+        self.put_many([(address, data)])
+
+    def put_many(self, chunks: Sequence[tuple[bytes, bytes]], *, verify: bool = True) -> list[bytes]:
+        """Store chunks atomically; return the addresses now held (new or already there).
+
+        Chunks that do not hash to their address are refused (left out of the result).
+        """
+        held: list[bytes] = []
+        written: list[tuple[bytes, int, Path, Path]] = []
+        try:
+            for address, data in chunks:
+                if verify and not is_valid_chunk(address, data):
+                    continue
+                final = self.path(address)
+                if final.exists():
+                    held.append(address)
+                    continue
+                final.parent.mkdir(exist_ok=True)
+                tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                written.append((address, len(data), tmp, final))
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]  # os.write may write less than asked
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for _, _, tmp, final in written:
+                os.replace(tmp, final)
+        except BaseException:
+            for _, _, tmp, _ in written:
+                tmp.unlink(missing_ok=True)
+            raise
+        if self.fsync:
+            for directory in {final.parent for *_, final in written}:
+                _fsync_dir(directory)
+        now = time.time()
+        with self._db() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO chunks(address, size, pins, stored_at) VALUES (?, ?, 0, ?)",
+                [(a, size, now) for a, size, _, _ in written],
+            )
+        return held + [a for a, *_ in written]
+
+    # --- reading -------------------------------------------------------------------------
+    def has(self, address: bytes) -> bool:
+        return self.path(address).exists()
+
+    def has_many(self, addresses: Iterable[bytes]) -> list[bytes]:
+        return [a for a in addresses if self.has(a)]
+
+    def get(self, address: bytes) -> bytes:
+        """The chunk's bytes, verified; a corrupt file is quarantined and reported."""
+        path = self.path(address)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ChunkNotFound(address) from None
+        if not is_valid_chunk(address, data):
+            self._quarantine(address, path)
+            raise CorruptChunk(address)
+        return data
+
+    def get_many(self, addresses: Sequence[bytes]) -> Iterator[bytes]:
+        for address in addresses:
+            yield self.get(address)
+
+    def _quarantine(self, address: bytes, path: Path) -> None:
+        try:
+            os.replace(path, self.root / "corrupt" / f"{path.name}.{uuid.uuid4().hex[:8]}")
+        except FileNotFoundError:
+            pass
+        with self._db() as db:
+            db.execute("DELETE FROM chunks WHERE address = ?", (address,))
+
+    def addresses(self) -> Iterator[bytes]:
+        """Every address held, from the files (the truth), not the index."""
+        for sub in sorted(self.root.iterdir()):
+            if sub.is_dir() and len(sub.name) == 2:
+                for f in sorted(sub.iterdir()):
+                    if len(f.name) == 2 * ADDRESS_SIZE:
+                        yield bytes.fromhex(f.name)
+
+    def delete(self, address: bytes) -> None:
+        self.path(address).unlink(missing_ok=True)
+        with self._db() as db:
+            db.execute("DELETE FROM chunks WHERE address = ?", (address,))
+
+    # --- pins and gc ---------------------------------------------------------------------
+    def pin(self, addresses: Iterable[bytes], delta: int = 1) -> None:
+        """Add ``delta`` to each chunk's pin count (one count per pinned blob using it)."""
+        now = time.time()
+        with self._db() as db:
+            for address in addresses:
+                size = self.path(address).stat().st_size if delta > 0 else 0
+                db.execute(
+                    "INSERT INTO chunks(address, size, pins, stored_at) VALUES (?, ?, 0, ?) "
+                    "ON CONFLICT(address) DO NOTHING",
+                    (address, size, now),
+                )
+                db.execute("UPDATE chunks SET pins = MAX(0, pins + ?) WHERE address = ?", (delta, address))
+
+    def unpin(self, addresses: Iterable[bytes]) -> None:
+        self.pin(addresses, delta=-1)
+
+    def pins(self, address: bytes) -> int:
+        with self._db() as db:
+            row = db.execute("SELECT pins FROM chunks WHERE address = ?", (address,)).fetchone()
+        return row[0] if row else 0
+
+    def gc(self, keep: Callable[[bytes], bool] = lambda _a: False, *, grace_s: float = 0.0) -> GcResult:
+        """Delete unpinned chunks older than ``grace_s`` unless ``keep(address)`` says otherwise.
+
+        ``keep`` is how the network layer protects the chunks this node is responsible
+        for; the grace period protects chunks of an upload that is not pinned yet.
+        """
+        cutoff = time.time() - grace_s
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT address, size FROM chunks WHERE pins = 0 AND stored_at <= ?", (cutoff,)
+            ).fetchall()
+        removed, freed = [], 0
+        for address, size in rows:
+            if keep(address):
+                continue
+            self.path(address).unlink(missing_ok=True)
+            removed.append(address)
+            freed += size
+        with self._db() as db:
+            db.executemany("DELETE FROM chunks WHERE address = ? AND pins = 0", [(a,) for a in removed])
+        return GcResult(len(removed), freed)
+
+    def usage(self) -> StoreUsage:
+        with self._db() as db:
+            chunks, size, pinned, pinned_size = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(pins > 0), 0), "
+                "COALESCE(SUM(CASE WHEN pins > 0 THEN size ELSE 0 END), 0) FROM chunks"
+            ).fetchone()
+        return StoreUsage(chunks, size, pinned, pinned_size)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

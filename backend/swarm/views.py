@@ -1,0 +1,193 @@
+"""HTTP endpoints: the signed peer API between nodes and the user API.
+
+Peer endpoints are plain Django views over binary bodies (no DRF parsing or sessions on
+the data path); each verifies the request signature first. User endpoints are DRF
+views with the project's authentication; swarm errors reach the project's exception
+handler (backend/api/exception_handler.py), which maps the SwarmError family to HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FileUploadParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from backend.swarm import factory
+from backend.swarm.download import NetworkSource
+from backend.swarm.errors import InvalidReference, SignatureError, UnregisteredSigner
+from backend.swarm.joiner import blob_span
+from backend.swarm.reference import Reference
+from backend.swarm.signing import verify_request
+from backend.swarm.wire import decode_addresses, decode_batch, encode_addresses, encode_batch
+
+PeerView = Callable[[HttpRequest, bytes], HttpResponse]
+
+
+# --- peer API ------------------------------------------------------------------------------
+def _read_body(request: HttpRequest) -> bytes:
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    if length > settings.DEFL_SWARM_MAX_BATCH_BYTES:
+        raise SignatureError("request body too large")
+    # request.read(), not request.body: the body may exceed DATA_UPLOAD_MAX_MEMORY_SIZE.
+    return request.read(length) if length else b""
+
+
+def peer_signed(view: PeerView) -> Callable[[HttpRequest], HttpResponse]:
+    @csrf_exempt
+    @require_POST
+    def wrapper(request: HttpRequest) -> HttpResponse:
+        try:
+            body = _read_body(request)
+            verify_request(
+                method=request.method or "POST",
+                path=request.get_full_path(),
+                headers=request.headers,
+                body=body,
+                is_registered=factory.peer_directory().is_registered,
+                nonces=factory.nonce_cache(),
+                max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
+            )
+        except UnregisteredSigner as exc:
+            return JsonResponse({"detail": str(exc)}, status=403)
+        except SignatureError as exc:
+            return JsonResponse({"detail": str(exc)}, status=401)
+        try:
+            return view(request, body)
+        except ValueError as exc:  # malformed batch or address list
+            return JsonResponse({"detail": str(exc)}, status=400)
+
+    wrapper.__name__ = view.__name__
+    return wrapper
+
+
+@peer_signed
+def peer_push(request: HttpRequest, body: bytes) -> HttpResponse:
+    """Store a batch of chunks; answer with the addresses now held (bad chunks are left out)."""
+    held = factory.local_store().put_many(list(decode_batch(body)))
+    return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
+
+
+@peer_signed
+def peer_fetch(request: HttpRequest, body: bytes) -> HttpResponse:
+    """Return the asked chunks this node holds (verified on read; corrupt copies are left out)."""
+    transport = factory.local_transport()
+    found = transport.fetch(decode_addresses(body))
+    return HttpResponse(encode_batch(found.items()), content_type="application/octet-stream")
+
+
+@peer_signed
+def peer_has(request: HttpRequest, body: bytes) -> HttpResponse:
+    held = factory.local_store().has_many(decode_addresses(body))
+    return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
+
+
+# --- user API ------------------------------------------------------------------------------
+def _parse_ref(text: str) -> Reference:
+    try:
+        return Reference.parse(text)
+    except InvalidReference as exc:
+        raise ValidationError({"reference": [str(exc)]}) from exc
+
+
+class UploadResponseSerializer(serializers.Serializer):
+    reference = serializers.CharField()
+    size = serializers.IntegerField()
+    encrypted = serializers.BooleanField()
+
+
+class BlobStatSerializer(serializers.Serializer):
+    reference = serializers.CharField()
+    size = serializers.IntegerField()
+    chunks = serializers.IntegerField()
+    encrypted = serializers.BooleanField()
+    pinned_here = serializers.BooleanField()
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.done = 0
+
+    def __call__(self, done: int) -> None:
+        self.done = done
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in {"1", "true", "yes", "on"}
+
+
+class UploadView(APIView):
+    """POST a file: the raw body (application/octet-stream, streamed) or a multipart ``file``.
+
+    Query parameters: ``encrypt=1`` for an encrypted reference, ``pin=1`` to keep a full
+    copy on this node.
+    """
+
+    parser_classes = [MultiPartParser, FileUploadParser]
+
+    def post(self, request: Request) -> Response:
+        encrypt = _truthy(request.query_params.get("encrypt"))
+        pin = _truthy(request.query_params.get("pin"))
+        if request.content_type.startswith("multipart/"):
+            upload = request.data.get("file")
+            if upload is None:
+                raise ValidationError({"file": ["a multipart upload needs a 'file' part"]})
+            stream = upload
+        else:
+            # Never parse the raw body: the pipeline reads the socket stream chunk by chunk.
+            stream = request.stream
+            if stream is None:
+                raise ValidationError({"file": ["empty upload"]})
+        counter = _Counter()
+        reference = factory.node_swarm().put(stream, encrypt=encrypt, pin=pin, progress=counter)
+        body = {"reference": str(reference), "size": counter.done, "encrypted": reference.encrypted}
+        return Response(UploadResponseSerializer(body).data, status=201)
+
+
+class DownloadView(APIView):
+    """GET a blob by reference, streamed (the blob is never held in memory)."""
+
+    def get(self, request: Request, reference: str) -> StreamingHttpResponse:
+        ref = _parse_ref(reference)
+        swarm = factory.node_swarm()
+        size = blob_span(ref, NetworkSource(swarm.network))  # a missing root fails here, as a 404
+
+        def chunks() -> Iterator[bytes]:
+            for piece in swarm.open(ref):
+                yield bytes(piece)
+
+        response = StreamingHttpResponse(chunks(), content_type="application/octet-stream")
+        response["Content-Length"] = str(size)
+        response["Content-Disposition"] = f'attachment; filename="{ref.address.hex()[:16]}.bin"'
+        return response
+
+
+class StatView(APIView):
+    """GET a blob's size, chunk count and whether it is encrypted or pinned here."""
+
+    def get(self, request: Request, reference: str) -> Response:
+        stat = factory.node_swarm().stat(_parse_ref(reference))
+        return Response(BlobStatSerializer(stat.__dict__).data)
+
+
+class NodeStatView(APIView):
+    """GET this node's store usage (for the dashboard) and the nodes it replicates to."""
+
+    def get(self, request: Request) -> Response:
+        stat = factory.node_swarm().node_stat()
+        return Response(
+            {
+                "address": stat.address,
+                "replication": stat.replication,
+                "nodes": stat.nodes,
+                "usage": stat.usage.__dict__,
+            }
+        )

@@ -1,0 +1,48 @@
+"""The binary bodies of the peer API: address lists and framed chunk batches.
+
+A batch is a sequence of ``address (32 bytes) || length (4 bytes, big endian) || data``.
+Free of I/O, so the client, the views and the tests share it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+
+from backend.swarm.reference import ADDRESS_SIZE
+
+_LEN = struct.Struct(">I")
+_HEADER = ADDRESS_SIZE + _LEN.size
+
+
+def encode_batch(chunks: Iterable[tuple[bytes, bytes]]) -> bytes:
+    parts: list[bytes] = []
+    for address, data in chunks:
+        parts += [address, _LEN.pack(len(data)), data]
+    return b"".join(parts)
+
+
+def decode_batch(body: bytes | memoryview) -> Iterator[tuple[bytes, memoryview]]:
+    view = memoryview(body)
+    offset = 0
+    while offset < len(view):
+        if offset + _HEADER > len(view):
+            raise ValueError("truncated chunk header")
+        address = view[offset : offset + ADDRESS_SIZE].tobytes()
+        (length,) = _LEN.unpack_from(view, offset + ADDRESS_SIZE)
+        start = offset + _HEADER
+        if start + length > len(view):
+            raise ValueError("truncated chunk data")
+        yield address, view[start : start + length]
+        offset = start + length
+
+
+def encode_addresses(addresses: Sequence[bytes]) -> bytes:
+    return b"".join(addresses)
+
+
+def decode_addresses(body: bytes | memoryview) -> list[bytes]:
+    raw = bytes(body)
+    if len(raw) % ADDRESS_SIZE:
+        raise ValueError("address list is not a multiple of 32 bytes")
+    return [raw[i : i + ADDRESS_SIZE] for i in range(0, len(raw), ADDRESS_SIZE)]

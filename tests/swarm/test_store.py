@@ -1,0 +1,98 @@
+"""The local chunk store: atomic writes, verification on read, pins, reference counts, gc."""
+
+import os
+
+import pytest
+
+from backend.swarm.errors import ChunkNotFound, CorruptChunk
+from backend.swarm.reference import chunk_address
+from backend.swarm.store import ChunkStore
+
+
+def chunk(n: int = 1000) -> tuple[bytes, bytes]:
+    data = os.urandom(n)
+    return chunk_address(data), data
+
+
+def test_put_get_usage(tmp_path):
+    store = ChunkStore(tmp_path)
+    a, b = chunk(), chunk(2000)
+    assert set(store.put_many([a, b])) == {a[0], b[0]}
+    assert store.get(a[0]) == a[1]
+    assert store.put_many([a]) == [a[0]]  # already held: acknowledged, not rewritten
+    usage = store.usage()
+    assert (usage.chunks, usage.bytes) == (2, 3000)
+    with pytest.raises(ChunkNotFound):
+        store.get(chunk()[0])
+
+
+def test_chunks_that_do_not_match_their_address_are_refused(tmp_path):
+    store = ChunkStore(tmp_path)
+    address, data = chunk()
+    assert store.put_many([(address, data + b"x")]) == []
+    assert not store.has(address)
+
+
+def test_write_is_atomic_no_partial_file_on_failure(tmp_path, monkeypatch):
+    store = ChunkStore(tmp_path)
+    address, data = chunk()
+    real_replace = os.replace
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        store.put(address, data)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert not store.has(address)
+    assert not list(tmp_path.rglob("*.tmp"))  # the temporary file was cleaned up
+    store.put(address, data)
+    assert store.get(address) == data
+
+
+def test_corrupt_file_is_detected_and_quarantined(tmp_path):
+    store = ChunkStore(tmp_path)
+    address, data = chunk()
+    store.put(address, data)
+    path = store.path(address)
+    raw = bytearray(path.read_bytes())
+    raw[10] ^= 0x80
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptChunk):
+        store.get(address)
+    assert not store.has(address)
+    assert len(list((tmp_path / "corrupt").iterdir())) == 1
+    store.put(address, data)  # a good copy can come back
+    assert store.get(address) == data
+
+
+def test_pins_count_references_and_gc_keeps_pinned_and_kept(tmp_path):
+    store = ChunkStore(tmp_path)
+    shared, only_a, loose, kept = chunk(), chunk(), chunk(), chunk()
+    store.put_many([shared, only_a, loose, kept])
+    store.pin([shared[0], only_a[0]])  # blob A
+    store.pin([shared[0]])  # blob B shares a chunk
+    assert store.pins(shared[0]) == 2
+    assert store.usage().pinned_chunks == 2
+
+    result = store.gc(keep=lambda a: a == kept[0])
+    assert (result.removed_chunks, result.removed_bytes) == (1, 1000)
+    assert not store.has(loose[0]) and store.has(kept[0]) and store.has(shared[0])
+
+    store.unpin([shared[0], only_a[0]])  # unpin blob A: the shared chunk is still pinned by B
+    store.gc()
+    assert store.has(shared[0]) and not store.has(only_a[0])
+    store.unpin([shared[0]])
+    store.unpin([shared[0]])  # never below zero
+    assert store.pins(shared[0]) == 0
+    store.gc()
+    assert not store.has(shared[0])
+
+
+def test_gc_grace_period_protects_fresh_chunks(tmp_path):
+    store = ChunkStore(tmp_path)
+    address, data = chunk()
+    store.put(address, data)
+    assert store.gc(grace_s=3600).removed_chunks == 0
+    assert store.has(address)
