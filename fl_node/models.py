@@ -69,7 +69,9 @@ def create_model(
     ...); otherwise a ValueError lists Opacus's objections.
     """
     factory = _resolve(name_or_path)
-    call_kwargs = _accepted_kwargs(factory, {"input_shape": tuple(input_shape), "num_classes": num_classes}) | kwargs
+    call_kwargs = (
+        _accepted_kwargs(factory, {"input_shape": tuple(input_shape), "num_classes": num_classes}) | kwargs
+    )
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -111,9 +113,7 @@ def _accepted_kwargs(factory: ModelFactory, offered: dict[str, object]) -> dict[
 
 
 @register_model("mlp")
-def mlp(
-    *, input_shape: tuple[int, ...], num_classes: int, hidden: int = 128, act: str = "tanh"
-) -> nn.Module:
+def mlp(*, input_shape: tuple[int, ...], num_classes: int, hidden: int = 128, act: str = "tanh") -> nn.Module:
     return nn.Sequential(
         nn.Flatten(),
         nn.Linear(math.prod(input_shape), hidden),

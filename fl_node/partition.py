@@ -43,7 +43,9 @@ def parse_spec(spec: str) -> PartitionSpec:
         except ValueError:
             alpha = float("nan")
         if not np.isfinite(alpha) or alpha <= 0:
-            raise ValueError(f"bad partition spec {spec!r}: dirichlet needs a positive alpha, e.g. 'dirichlet:0.5'")
+            raise ValueError(
+                f"bad partition spec {spec!r}: dirichlet needs a positive alpha, e.g. 'dirichlet:0.5'"
+            )
         return PartitionSpec("dirichlet", alpha=alpha)
     if kind == "shards":
         if not arg.isdigit() or int(arg) < 1:
@@ -59,7 +61,9 @@ def partition(labels: np.ndarray, num_parts: int, spec: str, *, seed: int) -> li
     if labels.ndim != 1:
         raise ValueError(f"labels must be one-dimensional, got shape {labels.shape}")
     if not 1 <= num_parts <= len(labels):
-        raise ValueError(f"num_parts must be between 1 and the number of samples ({len(labels)}), got {num_parts}")
+        raise ValueError(
+            f"num_parts must be between 1 and the number of samples ({len(labels)}), got {num_parts}"
+        )
     rng = np.random.default_rng(seed)
     if parsed.kind == "iid":
         parts = iid_parts(len(labels), num_parts, rng)
@@ -101,7 +105,9 @@ def shard_parts(
 ) -> list[np.ndarray]:
     num_shards = num_parts * shards_per_part
     if num_shards > len(labels):
-        raise ValueError(f"shards:{shards_per_part} needs {num_shards} shards but there are only {len(labels)} samples")
+        raise ValueError(
+            f"shards:{shards_per_part} needs {num_shards} shards but there are only {len(labels)} samples"
+        )
     # A stable sort after a shuffle keeps shards label-pure yet random within a label.
     shuffled = rng.permutation(len(labels))
     by_label = shuffled[np.argsort(labels[shuffled], kind="stable")]

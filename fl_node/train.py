@@ -1,0 +1,323 @@
+"""Local training for one federated round: plain SGD or DP-SGD, with optional FedProx.
+
+* DP-SGD (Abadi et al. 2016, "Deep Learning with Differential Privacy"): Poisson
+  sampling of each batch, per-example gradient clipping to ``max_grad_norm`` and
+  Gaussian noise, via Opacus (Yousefpour et al. 2021). Either a fixed noise
+  multiplier, or a target epsilon for the whole job: sigma is calibrated once
+  for ``rounds x steps per round`` with the RDP accountant, so the job ends
+  within its target after its last round.
+* FedProx (Li et al. 2020, "Federated Optimization in Heterogeneous Networks"):
+  the proximal term mu/2 * ||w - w_global||^2. Its gradient mu * (w - w_global)
+  does not touch the data, so under DP it is added after clipping and noise
+  (post-processing: it costs no privacy and is not clipped away).
+
+Every step is recorded through an optimizer step hook into the job's
+``PrivacyHistory`` and the dataset's ``BudgetLedger``; the ledger is checked
+before the first step, so an over-budget request trains nothing.
+
+The metrics (loss and accuracy on the local training data) are for the node
+itself: they are not privatised and must not leave the node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+from opacus.grad_sample.utils import prepare_module
+from opacus.optimizers import DPOptimizer
+from torch import nn
+
+from fl_node.data import ArrayDataset
+from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
+
+GRAD_SAMPLE_MODES = ("hooks", "ew", "functorch")
+# Fastest correct mode on the CPU CNN in bench/dp_overhead.py (ExpandedWeights).
+DEFAULT_GRAD_SAMPLE_MODE = "ew"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local-training settings; DP is on when ``noise_multiplier`` or ``target_epsilon`` is set.
+
+    ``batch_size`` is the expected batch size under Poisson sampling. One round
+    runs ``local_steps`` steps, or ``epochs`` passes of ceil(n / batch_size) steps.
+    ``rounds`` is the number of rounds in the job, needed to calibrate a target epsilon.
+    """
+
+    batch_size: int = 64
+    epochs: int = 1
+    local_steps: int | None = None
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    proximal_mu: float = 0.0
+    noise_multiplier: float | None = None
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    max_grad_norm: float = 1.0
+    rounds: int = 1
+    grad_sample_mode: str = DEFAULT_GRAD_SAMPLE_MODE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, f"batch_size must be at least 1, got {self.batch_size}")
+        _require(self.epochs >= 1, f"epochs must be at least 1, got {self.epochs}")
+        _require(
+            self.local_steps is None or self.local_steps >= 1,
+            f"local_steps must be at least 1 when set, got {self.local_steps}",
+        )
+        _require(_positive(self.lr), f"lr must be a positive number, got {self.lr}")
+        _require(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        _require(self.weight_decay >= 0, f"weight_decay must be non-negative, got {self.weight_decay}")
+        _require(self.proximal_mu >= 0, f"proximal_mu must be non-negative, got {self.proximal_mu}")
+        _require(self.rounds >= 1, f"rounds must be at least 1, got {self.rounds}")
+        _require(
+            self.noise_multiplier is None or self.target_epsilon is None,
+            "set either noise_multiplier or target_epsilon, not both",
+        )
+        _require(
+            self.noise_multiplier is None or _positive(self.noise_multiplier),
+            f"noise_multiplier must be a positive number, got {self.noise_multiplier}",
+        )
+        _require(
+            self.target_epsilon is None or _positive(self.target_epsilon),
+            f"target_epsilon must be a positive number, got {self.target_epsilon}",
+        )
+        _require(0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}")
+        _require(
+            _positive(self.max_grad_norm),
+            f"max_grad_norm must be a positive number, got {self.max_grad_norm}",
+        )
+        _require(
+            self.grad_sample_mode in GRAD_SAMPLE_MODES,
+            f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, got {self.grad_sample_mode!r}",
+        )
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier is not None or self.target_epsilon is not None
+
+
+def _positive(value: float) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How many steps one round takes on this data and, under DP, at what noise."""
+
+    steps: int
+    sample_rate: float
+    noise_multiplier: float | None
+
+
+def plan_round(num_samples: int, config: TrainConfig) -> StepPlan:
+    if num_samples < 1:
+        raise ValueError("cannot train on an empty dataset")
+    steps = config.local_steps or config.epochs * math.ceil(num_samples / config.batch_size)
+    sample_rate = min(config.batch_size / num_samples, 1.0)
+    noise = config.noise_multiplier
+    if config.target_epsilon is not None:
+        noise = calibrate_noise(
+            target_epsilon=config.target_epsilon,
+            delta=config.delta,
+            sample_rate=sample_rate,
+            steps=config.rounds * steps,
+        )
+    return StepPlan(steps=steps, sample_rate=sample_rate, noise_multiplier=noise)
+
+
+def check_budget(ledger: BudgetLedger, plan: StepPlan) -> float:
+    """Projected epsilon of the dataset after this round; raises before anything is trained."""
+    if plan.noise_multiplier is None:
+        raise PrivacyBudgetExceeded(
+            requested_epsilon=math.inf,
+            cap_epsilon=ledger.epsilon_cap,
+            spent_epsilon=ledger.spent(),
+            delta=ledger.delta,
+        )
+    return ledger.check(
+        noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps
+    )
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    update: dict[str, torch.Tensor]  # local - global, per state-dict entry
+    num_samples: int
+    metrics: dict[str, float]
+    steps: int
+    privacy: PrivacySpent | None  # the job's history so far, after this round; None without DP
+
+
+def train_local(
+    model: nn.Module,
+    global_state: Mapping[str, torch.Tensor],
+    data: ArrayDataset,
+    config: TrainConfig,
+    *,
+    privacy_history: PrivacyHistory | None = None,
+    ledger: BudgetLedger | None = None,
+) -> TrainResult:
+    """Load ``global_state`` into ``model``, train it locally and return the update.
+
+    ``privacy_history`` is the job's history on this dataset (appended to);
+    ``ledger`` is the dataset's budget across jobs (checked first, then charged
+    step by step). ``model`` ends holding the local weights.
+    """
+    plan = plan_round(len(data), config)
+    if ledger is not None:
+        check_budget(ledger, plan)
+    model.load_state_dict(global_state)
+    anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = data.tensors()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)  # for modules that draw randomness themselves (dropout)
+        generator = torch.Generator().manual_seed(config.seed)
+        if config.private:
+            history = privacy_history if privacy_history is not None else PrivacyHistory()
+            _train_private(model, x, y, config, plan, generator, history=history, ledger=ledger)
+        else:
+            _train_plain(model, x, y, config, plan, generator)
+    state = model.state_dict()
+    update = {
+        k: (state[k] - anchor[k]) if anchor[k].is_floating_point() else state[k].clone() for k in anchor
+    }
+    privacy = PrivacySpent.of(history, delta=config.delta) if config.private else None
+    return TrainResult(
+        update=update, num_samples=len(data), metrics=evaluate(model, x, y), steps=plan.steps, privacy=privacy
+    )
+
+
+def _sgd(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
+    return torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.lr,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+    )
+
+
+def _proximal_anchors(model: nn.Module, config: TrainConfig) -> list[tuple[nn.Parameter, torch.Tensor]]:
+    if config.proximal_mu == 0:
+        return []
+    return [(p, p.detach().clone()) for p in model.parameters() if p.requires_grad]
+
+
+def add_proximal_gradient(anchors: list[tuple[nn.Parameter, torch.Tensor]], mu: float) -> None:
+    """Add the gradient of mu/2 * ||w - w_global||^2 to each parameter's gradient."""
+    for param, start in anchors:
+        prox = mu * (param.detach() - start)
+        param.grad = prox if param.grad is None else param.grad + prox
+
+
+def _shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    while True:
+        yield from torch.randperm(n, generator=generator).split(batch_size)
+
+
+def _poisson_batches(n: int, sample_rate: float, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Each example joins each batch independently with probability ``sample_rate``.
+
+    The privacy amplification that the RDP analysis assumes holds for exactly
+    this sampling, which is why batches vary in size and may be empty.
+    """
+    while True:
+        yield torch.nonzero(torch.rand(n, generator=generator) < sample_rate).flatten()
+
+
+def _train_plain(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: TrainConfig,
+    plan: StepPlan,
+    generator: torch.Generator,
+) -> None:
+    model.train()
+    optimizer = _sgd(model, config)
+    anchors = _proximal_anchors(model, config)
+    batches = _shuffled_batches(len(y), config.batch_size, generator)
+    for _, idx in zip(range(plan.steps), batches, strict=False):
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+        add_proximal_gradient(anchors, config.proximal_mu)
+        optimizer.step()
+
+
+def _train_private(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: TrainConfig,
+    plan: StepPlan,
+    generator: torch.Generator,
+    *,
+    history: PrivacyHistory,
+    ledger: BudgetLedger | None,
+) -> None:
+    assert plan.noise_multiplier is not None
+    model.train()
+    anchors = _proximal_anchors(model, config)
+    wrapped = prepare_module(model, config.grad_sample_mode)
+    optimizer = DPOptimizer(
+        _sgd(wrapped, config),
+        noise_multiplier=plan.noise_multiplier,
+        max_grad_norm=config.max_grad_norm,
+        expected_batch_size=config.batch_size,
+        generator=generator,
+    )
+    optimizer.attach_step_hook(_accounting_hook(plan, history, ledger))
+    try:
+        batches = _poisson_batches(len(y), plan.sample_rate, generator)
+        for _, idx in zip(range(plan.steps), batches, strict=False):
+            optimizer.zero_grad(set_to_none=True)
+            if len(idx) == 0:
+                _empty_grad_samples(optimizer)  # still a noisy step: skipping would reveal the empty batch
+            else:
+                nn.functional.cross_entropy(wrapped(x[idx]), y[idx]).backward()
+            if optimizer.pre_step():  # clip, noise, account
+                add_proximal_gradient(anchors, config.proximal_mu)
+                optimizer.original_optimizer.step()
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        wrapped._close()
+
+
+def _accounting_hook(plan: StepPlan, history: PrivacyHistory, ledger: BudgetLedger | None):
+    def record(_optimizer: DPOptimizer) -> None:
+        history.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
+        if ledger is not None:
+            ledger.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
+
+    return record
+
+
+def _empty_grad_samples(optimizer: DPOptimizer) -> None:
+    for p in optimizer.params:
+        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024
+) -> dict[str, float]:
+    """Mean cross-entropy and accuracy of ``model`` on (x, y)."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    for start in range(0, len(y), batch_size):
+        logits = model(x[start : start + batch_size])
+        target = y[start : start + batch_size]
+        loss_sum += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == target).sum())
+    model.train(was_training)
+    return {"loss": loss_sum / len(y), "accuracy": correct / len(y)}

@@ -1,0 +1,58 @@
+"""Datasets load offline, split reproducibly and keep their documented shapes."""
+
+import numpy as np
+import pytest
+import torch
+
+from fl_node.data import load_dataset
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_dataset("mnist", seed=0)
+
+
+def test_mnist_split_sizes_and_ranges(mnist):
+    assert (len(mnist.train), len(mnist.val), len(mnist.test)) == (3600, 400, 1000)
+    assert mnist.input_shape == (1, 28, 28) and mnist.num_classes == 10
+    assert mnist.train.x.dtype == np.float32 and mnist.train.y.dtype == np.int64
+    assert 0.0 <= mnist.train.x.min() and mnist.train.x.max() <= 1.0
+    # stratified: every class has exactly 100 test images
+    assert np.all(np.bincount(mnist.test.y) == 100)
+
+
+def test_splits_are_disjoint_and_reproducible(mnist):
+    again = load_dataset("mnist", seed=0)
+    other = load_dataset("mnist", seed=1)
+    np.testing.assert_array_equal(mnist.train.x, again.train.x)
+    assert not np.array_equal(mnist.test.y, other.test.y) or not np.array_equal(mnist.test.x, other.test.x)
+    rows = {r.tobytes() for r in mnist.test.x.reshape(len(mnist.test), -1)}
+    assert not any(r.tobytes() in rows for r in mnist.train.x.reshape(len(mnist.train), -1)[:500])
+
+
+def test_digits():
+    digits = load_dataset("digits", seed=3)
+    assert digits.input_shape == (1, 8, 8)
+    assert len(digits.train) + len(digits.val) + len(digits.test) == 1797
+    x, y = digits.train.to_torch()[:4]
+    assert x.dtype == torch.float32 and y.dtype == torch.int64
+
+
+def test_zipf_text_is_zipfian_and_learnable_in_principle():
+    text = load_dataset("zipf_text", seed=0, num_samples=2000, vocab_size=20_000)
+    x, y = text.train.x, text.train.y
+    assert x.dtype == np.int64 and x.min() >= 1 and x.max() < 20_000
+    assert text.vocab_size == 20_000 and text.input_shape == (32,)
+    counts = np.bincount(x.ravel(), minlength=20_000)
+    # Zipf: the most frequent token is far more common than the hundredth.
+    ranked = np.sort(counts)[::-1]
+    assert ranked[0] > 20 * ranked[99]
+    # class-indicative tokens: some token occurs almost only in one class
+    per_class = np.stack([np.bincount(x[y == c].ravel(), minlength=20_000) for c in range(text.num_classes)])
+    purity = per_class.max(axis=0) / np.maximum(per_class.sum(axis=0), 1)
+    assert np.sum((purity > 0.9) & (per_class.sum(axis=0) > 20)) >= 20
+
+
+def test_unknown_dataset_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown dataset 'cifar'.*mnist"):
+        load_dataset("cifar")
