@@ -96,6 +96,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "backend.api.exception_handler.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "DeFL node API",
@@ -137,3 +138,10 @@ DEFL_SWARM_FSYNC = env_bool("DEFL_SWARM_FSYNC", True)
 DEFL_SWARM_TIMEOUT_S = env_int("DEFL_SWARM_TIMEOUT_S", 30)
 # Largest peer request body (a push batch) a node reads.
 DEFL_SWARM_MAX_BATCH_BYTES = env_int("DEFL_SWARM_MAX_BATCH_BYTES", 64 << 20)
+
+# --- Accounts, node identity API, datasets, serving (backend/nodes, datasets, serving, api) ---
+# Largest dataset upload accepted; uploads are parsed in memory and never written to a temp file.
+DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
+# How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
+DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
+DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")

@@ -1,0 +1,42 @@
+"""Domain errors that the API layer understands.
+
+Services raise these (or the ledger's and swarm's own error families, which the
+exception handler also maps); views never catch them. Each carries the HTTP
+status it means, so the one exception handler stays a table lookup.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of errors that a user can act on; ``str(exc)`` is the message they see."""
+
+    status_code = 400
+
+
+class InvalidInput(DomainError):
+    """The request is well-formed but its content is unusable (bad file, wrong schema)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(DomainError):
+    status_code = 404
+
+
+class Conflict(DomainError):
+    """The request clashes with the current state (duplicate, already revoked, revert on chain)."""
+
+    status_code = 409
+
+
+class BudgetExceeded(Conflict):
+    """A job would spend more of a dataset's privacy budget than is left."""
+
+
+class ServiceUnavailable(DomainError):
+    """The chain or the swarm store cannot be reached; the request may succeed later."""
+
+    status_code = 503

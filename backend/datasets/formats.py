@@ -1,0 +1,212 @@
+"""Parsing uploaded datasets into one canonical form: x float32, y int64, an ordered class list.
+
+Plain numpy, no Django: the same code checks an upload and a granted dataset.
+
+Class ids: labels map to ids by their position in an ordered class list. The list
+is given at upload (``classes``) when providers must agree on ids across nodes
+(a node whose partition lacks a class would otherwise number them differently).
+Without it, integer labels keep their value as the id (classes "0".."max") and
+string labels are numbered in sorted order. The list is recorded with the dataset
+and is part of its schema hash.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save as save_safetensors
+
+MAX_CLASSES = 10_000
+MAX_CSV_COLUMNS = 100_000
+
+
+class DatasetFormatError(ValueError):
+    """The file cannot be read as the declared format or breaks the schema rules."""
+
+
+@dataclass(frozen=True)
+class CanonicalDataset:
+    x: np.ndarray  # float32, shape (n, *feature_shape)
+    y: np.ndarray  # int64, shape (n,), values in [0, len(classes))
+    classes: tuple[str, ...]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.x.shape[1:])
+
+    @property
+    def num_features(self) -> int:
+        return int(np.prod(self.feature_shape))
+
+    @property
+    def schema(self) -> dict:
+        return {
+            "feature_shape": list(self.feature_shape),
+            "x_dtype": "float32",
+            "y_dtype": "int64",
+            "classes": list(self.classes),
+        }
+
+    @cached_property
+    def schema_hash(self) -> str:
+        """Equal for datasets that one model can train on together (same features and classes)."""
+        canonical = json.dumps(self.schema, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(canonical).hexdigest()
+
+    @cached_property
+    def serialized(self) -> bytes:
+        """Deterministic bytes (safetensors: no pickle, no timestamps), so the content hash is stable."""
+        metadata = {"classes": json.dumps(list(self.classes))}
+        return save_safetensors(
+            {"x": np.ascontiguousarray(self.x), "y": np.ascontiguousarray(self.y)}, metadata
+        )
+
+    @cached_property
+    def content_hash(self) -> str:
+        # Same convention as fl_node.codec.content_hash: bare SHA-256 hex; the chain takes bytes.fromhex.
+        return hashlib.sha256(self.serialized).hexdigest()
+
+
+def deserialize(blob: bytes) -> CanonicalDataset:
+    """Inverse of ``CanonicalDataset.serialized`` (for a dataset fetched from the store)."""
+    try:
+        arrays = load_safetensors(blob)
+        # The safetensors header is an 8-byte length and JSON; the class list is in its metadata.
+        header_length = int.from_bytes(blob[:8], "little")
+        metadata = json.loads(blob[8 : 8 + header_length]).get("__metadata__", {})
+        classes = tuple(json.loads(metadata["classes"]))
+    except Exception as exc:  # safetensors raises its own error type and ValueError
+        raise DatasetFormatError(f"stored dataset is not a canonical dataset: {exc}") from exc
+    return CanonicalDataset(x=arrays["x"], y=arrays["y"], classes=classes)
+
+
+def _map_labels(raw_labels: np.ndarray, classes: list[str] | None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Map labels (ints or strings) to class ids; see the module docstring for the rules."""
+    as_text = np.array([str(v).strip() for v in raw_labels])
+    if classes:
+        if len(set(classes)) != len(classes):
+            raise DatasetFormatError("classes contains duplicates")
+        index = {name: i for i, name in enumerate(classes)}
+        unknown = sorted(set(as_text.tolist()) - index.keys())
+        if unknown:
+            raise DatasetFormatError(f"labels not in classes: {', '.join(unknown[:5])}")
+        return np.array([index[v] for v in as_text], dtype=np.int64), tuple(classes)
+    try:
+        ints = np.array([int(v) for v in as_text], dtype=np.int64)
+    except ValueError:
+        names = sorted(set(as_text.tolist()))
+        if len(names) > MAX_CLASSES:
+            raise DatasetFormatError(f"more than {MAX_CLASSES} distinct labels") from None
+        index = {name: i for i, name in enumerate(names)}
+        return np.array([index[v] for v in as_text], dtype=np.int64), tuple(names)
+    return _check_integer_labels(ints), tuple(str(i) for i in range(int(ints.max()) + 1))
+
+
+def _check_integer_labels(y: np.ndarray) -> np.ndarray:
+    if y.size and y.min() < 0:
+        raise DatasetFormatError("integer labels must be >= 0")
+    if y.size and y.max() >= MAX_CLASSES:
+        raise DatasetFormatError(f"integer labels must be < {MAX_CLASSES}")
+    return y
+
+
+def _finish(x: np.ndarray, y: np.ndarray, classes: tuple[str, ...]) -> CanonicalDataset:
+    if x.shape[0] == 0:
+        raise DatasetFormatError("the dataset has no samples")
+    if not np.isfinite(x).all():
+        raise DatasetFormatError("features contain NaN or infinite values")
+    if len(classes) < 2:
+        raise DatasetFormatError("a classification dataset needs at least two classes")
+    return CanonicalDataset(x=x, y=y, classes=classes)
+
+
+def parse_csv(data: bytes, label_column: str, classes: list[str] | None = None) -> CanonicalDataset:
+    """A CSV with a header row: one label column, every other column a numeric feature."""
+    if not label_column:
+        raise DatasetFormatError("label_column is required for CSV")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError("the CSV is not UTF-8 text") from exc
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise DatasetFormatError(f"not a valid CSV: {exc}") from exc
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    if not rows:
+        raise DatasetFormatError("the CSV is empty")
+    header = [name.strip() for name in rows[0]]
+    if len(header) > MAX_CSV_COLUMNS:
+        raise DatasetFormatError(f"more than {MAX_CSV_COLUMNS} columns")
+    if label_column not in header:
+        raise DatasetFormatError(
+            f"label column {label_column!r} is not in the header ({', '.join(header[:10])})"
+        )
+    if len(header) < 2:
+        raise DatasetFormatError("the CSV needs at least one feature column besides the label")
+    label_index = header.index(label_column)
+    body = rows[1:]
+    for line_number, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise DatasetFormatError(
+                f"line {line_number} has {len(row)} fields, the header has {len(header)}"
+            )
+    if not body:
+        raise DatasetFormatError("the dataset has no samples")
+    table = np.array(body, dtype=object)
+    labels = table[:, label_index]
+    features = np.delete(table, label_index, axis=1)
+    try:
+        x = features.astype(np.float64).astype(np.float32)
+    except ValueError as exc:
+        raise DatasetFormatError(f"feature columns must be numeric: {exc}") from exc
+    y, class_names = _map_labels(labels, classes)
+    return _finish(x, y, class_names)
+
+
+def parse_npz(data: bytes, classes: list[str] | None = None) -> CanonicalDataset:
+    """A NumPy .npz with arrays ``x`` (2-D, or image-shaped) and ``y`` (integer, 1-D, same length)."""
+    if not data.startswith(b"PK"):
+        # np.load would try to unpickle anything that is not a zip and report that instead.
+        raise DatasetFormatError("not a .npz file (a .npz is a zip archive of .npy arrays)")
+    try:
+        # allow_pickle=False: an uploaded file must never execute code while loading.
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            missing = {"x", "y"} - set(archive.files)
+            if missing:
+                raise DatasetFormatError(f"the .npz lacks array(s) {', '.join(sorted(missing))}")
+            x, y = archive["x"], archive["y"]
+    except DatasetFormatError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise DatasetFormatError(f"not a readable .npz file: {exc}") from exc
+    if x.ndim < 2:
+        raise DatasetFormatError(f"x must be 2-D or image-shaped, got shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+        raise DatasetFormatError(f"x must be numeric, got dtype {x.dtype}")
+    if y.ndim != 1:
+        raise DatasetFormatError(f"y must be 1-D, got shape {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise DatasetFormatError(f"y must hold integers, got dtype {y.dtype}")
+    if x.shape[0] != y.shape[0]:
+        raise DatasetFormatError(f"x has {x.shape[0]} samples and y has {y.shape[0]}")
+    y = _check_integer_labels(y.astype(np.int64))
+    if classes:
+        if y.size and int(y.max()) >= len(classes):
+            raise DatasetFormatError(f"label {int(y.max())} has no name in classes ({len(classes)} given)")
+        class_names = tuple(classes)
+    else:
+        class_names = tuple(str(i) for i in range(int(y.max()) + 1 if y.size else 0))
+    return _finish(x.astype(np.float32), y, class_names)

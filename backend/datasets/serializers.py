@@ -1,0 +1,127 @@
+"""Shapes of the dataset endpoints. Validation of the form lives here; of the file, in formats."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from backend.datasets import budget, storage
+from backend.datasets.models import Dataset, Grant
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(allow_empty_file=False)
+    name = serializers.CharField(max_length=200)
+    format = serializers.ChoiceField(choices=Dataset.Format.choices)
+    label_column = serializers.CharField(max_length=200, required=False, default="")
+    classes = serializers.CharField(
+        required=False,
+        default="",
+        help_text="optional comma-separated class names in class-id order, so that nodes agree on ids",
+    )
+    epsilon_cap = serializers.FloatField(
+        min_value=0.0, help_text="privacy budget: total epsilon all jobs may spend"
+    )
+    delta = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="the delta of (epsilon, delta)-DP")
+
+    def validate_epsilon_cap(self, value: float) -> float:
+        if value <= 0:
+            raise serializers.ValidationError("must be greater than 0")
+        return value
+
+    def validate_delta(self, value: float) -> float:
+        if not 0 < value < 1:
+            raise serializers.ValidationError("must be between 0 and 1 (exclusive)")
+        return value
+
+    def validate_classes(self, value: str) -> tuple[str, ...]:
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+
+    def validate_file(self, value):
+        if value.size > settings.DEFL_MAX_UPLOAD_BYTES:
+            raise serializers.ValidationError(
+                f"the file exceeds the {settings.DEFL_MAX_UPLOAD_BYTES} byte limit"
+            )
+        return value
+
+    def validate(self, attrs):
+        if attrs["format"] == Dataset.Format.CSV and not attrs["label_column"]:
+            raise serializers.ValidationError({"label_column": ["required for a CSV upload"]})
+        return attrs
+
+
+class ReplicationSerializer(serializers.Serializer):
+    chunks = serializers.IntegerField(allow_null=True)
+    # Chunks with their full replica count; null until the swarm reports per-chunk copies.
+    healthy = serializers.IntegerField(allow_null=True)
+    pinned_here = serializers.BooleanField(allow_null=True)
+
+
+class JobSpendSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    epsilon = serializers.FloatField()
+
+
+class BudgetSerializer(serializers.Serializer):
+    epsilon_cap = serializers.FloatField()
+    delta = serializers.FloatField()
+    epsilon_spent = serializers.FloatField()
+    epsilon_left = serializers.FloatField()
+    spent_by_jobs = JobSpendSerializer(many=True)
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    replication = serializers.SerializerMethodField()
+    budget = serializers.SerializerMethodField()
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Dataset
+        # Never encrypted_reference: it carries the data key.
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "format",
+            "num_samples",
+            "num_features",
+            "feature_shape",
+            "classes",
+            "label_column",
+            "schema_hash",
+            "content_hash",
+            "size_bytes",
+            "onchain_id",
+            "tx_hash",
+            "status",
+            "replication",
+            "budget",
+            "created",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(ReplicationSerializer)
+    def get_replication(self, dataset: Dataset) -> dict:
+        try:
+            replication = storage.replication(dataset.encrypted_reference)
+        except Exception:  # a listing must not fail because one peer is down; null means "unknown"
+            return {"chunks": None, "healthy": None, "pinned_here": None}
+        return {"chunks": replication.chunks, "healthy": None, "pinned_here": replication.pinned_here}
+
+    @extend_schema_field(BudgetSerializer)
+    def get_budget(self, dataset: Dataset) -> dict:
+        return budget.budget_summary(dataset)
+
+
+class GrantRequestSerializer(serializers.Serializer):
+    node = serializers.CharField(max_length=42, help_text="the grantee node's chain address (0x…)")
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="grantee")
+
+    class Meta:
+        model = Grant
+        fields = ["node", "tx_hash", "created", "revoked", "revoke_tx_hash"]
+        read_only_fields = fields

@@ -1,0 +1,182 @@
+"""Dataset flows: upload (validate -> encrypt -> store -> register on chain -> save), grants, loading.
+
+Each flow is a module function that undoes its earlier steps when a later one
+fails, so a failed request leaves no row, no pinned blob and no file behind. The
+chain has no "unregister": a registration is the last external step, and only the
+local save (which cannot conflict after the checks) follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from eth_utils import is_address, to_checksum_address
+
+from backend.api.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from backend.datasets import chain, keys, storage
+from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deserialize, parse_csv, parse_npz
+from backend.datasets.models import Dataset, Grant
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Upload:
+    name: str
+    format: str
+    data: bytes
+    epsilon_cap: float
+    delta: float
+    label_column: str = ""
+    classes: tuple[str, ...] = ()
+
+
+def parse_upload(upload: Upload) -> CanonicalDataset:
+    classes = list(upload.classes) or None
+    try:
+        if upload.format == Dataset.Format.CSV:
+            return parse_csv(upload.data, upload.label_column, classes)
+        if upload.format == Dataset.Format.NPZ:
+            return parse_npz(upload.data, classes)
+    except DatasetFormatError as exc:
+        raise InvalidInput(str(exc), field="file") from exc
+    raise InvalidInput(f"unknown format {upload.format!r}", field="format")
+
+
+def create_dataset(upload: Upload, owner=None) -> Dataset:
+    canonical = parse_upload(upload)
+    if Dataset.objects.filter(content_hash=canonical.content_hash).exists():
+        raise Conflict(f"this node already holds a dataset with content hash {canonical.content_hash}")
+
+    reference = storage.store_encrypted(canonical.serialized)
+    try:
+        registration = chain.register_dataset(
+            content_hash=canonical.content_hash,
+            swarm_root=storage.root_address(reference),
+            schema_hash=canonical.schema_hash,
+            samples=canonical.num_samples,
+            epsilon_cap=upload.epsilon_cap,
+        )
+        return _save_dataset(upload, canonical, reference, registration, owner)
+    except BaseException:
+        # Undo the store step; a chain registration (if it happened) stays as an orphan
+        # record that no local row points to, which is harmless: it holds no key.
+        _discard_quietly(reference)
+        raise
+
+
+def _save_dataset(upload, canonical, reference, registration, owner) -> Dataset:
+    try:
+        with transaction.atomic():
+            return Dataset.objects.create(
+                name=upload.name,
+                owner=owner,
+                format=upload.format,
+                num_samples=canonical.num_samples,
+                feature_shape=list(canonical.feature_shape),
+                num_features=canonical.num_features,
+                classes=list(canonical.classes),
+                label_column=upload.label_column,
+                schema_hash=canonical.schema_hash,
+                content_hash=canonical.content_hash,
+                size_bytes=len(canonical.serialized),
+                encrypted_reference=reference,
+                status=Dataset.Status.REGISTERED if registration else Dataset.Status.STORED,
+                onchain_id=registration.onchain_id if registration else "",
+                tx_hash=registration.tx_hash if registration else "",
+                epsilon_cap=upload.epsilon_cap,
+                delta=upload.delta,
+            )
+    except IntegrityError as exc:  # a concurrent upload of the same content won the race
+        raise Conflict("this node already holds a dataset with this content hash") from exc
+
+
+def _discard_quietly(reference: str) -> None:
+    try:
+        storage.discard(reference)
+    except Exception:  # the original error matters more; the collector retries orphans
+        logger.exception("could not unpin %s… after a failed upload", reference[:16])
+
+
+# ----------------------------------------------------------------------------- grants
+
+
+def _grantee_address(node: str) -> str:
+    if not is_address(node):
+        raise InvalidInput(f"{node!r} is not a chain address", field="node")
+    return to_checksum_address(node)
+
+
+def _require_registered(dataset: Dataset) -> None:
+    if not dataset.onchain_id:
+        raise Conflict("the dataset is not registered on chain yet, so it cannot be granted")
+
+
+def grant_access(dataset: Dataset, node: str) -> Grant:
+    grantee = _grantee_address(node)
+    _require_registered(dataset)
+    if dataset.grants.filter(grantee=grantee, revoked__isnull=True).exists():
+        raise Conflict(f"{grantee} already has access to this dataset")
+    try:
+        public_key = chain.node_public_key(grantee)
+    except chain.LedgerMissing as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    if public_key is None:
+        raise NotFound(f"{grantee} is not a node registered on chain")
+    wrapped = keys.wrap_key(public_key, dataset.encrypted_reference)
+    tx_hash = chain.grant(dataset.onchain_id, grantee, wrapped)
+    # The chain accepted the grant; the local row is our record of it (the indexer mirrors the event).
+    return Grant.objects.create(dataset=dataset, grantee=grantee, wrapped_key=wrapped.hex(), tx_hash=tx_hash)
+
+
+def revoke_access(dataset: Dataset, node: str) -> Grant:
+    grantee = _grantee_address(node)
+    grant = dataset.grants.filter(grantee=grantee, revoked__isnull=True).first()
+    if grant is None:
+        raise NotFound(f"{grantee} has no access to this dataset")
+    try:
+        tx_hash = chain.revoke(dataset.onchain_id, grantee)
+    except chain.LedgerMissing as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    grant.revoked = timezone.now()
+    grant.revoke_tx_hash = tx_hash
+    grant.save(update_fields=["revoked", "revoke_tx_hash"])
+    return grant
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
+    """(x float32, y int64) of a dataset this node owns or was granted, checked against its hash.
+
+    ``dataset`` is a local ``Dataset`` (owned: its reference is stored here) or a
+    granted dataset from the ledger's mirror (anything with ``wrapped_key`` and
+    ``content_hash``): its key is unwrapped with this node's key.
+    """
+    reference = getattr(dataset, "encrypted_reference", None) or _unwrap_grant(dataset)
+    canonical = deserialize(storage.fetch(reference))
+    if canonical.content_hash != _hex(dataset.content_hash):
+        raise Conflict("the fetched dataset does not match its content hash")
+    return canonical.x, canonical.y
+
+
+def _unwrap_grant(granted) -> str:
+    from backend.nodes.identity import node_account
+
+    wrapped = granted.wrapped_key
+    wrapped = bytes.fromhex(_hex(wrapped)) if isinstance(wrapped, str) else bytes(wrapped)
+    try:
+        return keys.unwrap_key(node_account().key, wrapped)
+    except ValueError as exc:
+        raise Conflict("this grant was not wrapped for this node's key") from exc
+
+
+def _hex(value) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return value.removeprefix("0x").lower()

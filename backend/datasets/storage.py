@@ -1,0 +1,48 @@
+"""The datasets' view of the swarm store: encrypted put, get, unpin, replication.
+
+Everything that touches the store goes through these functions so that services
+never see the store's client or its transport errors (the store raises its own
+``SwarmError`` family, which the API maps to HTTP in one place).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Replication:
+    chunks: int
+    pinned_here: bool  # this node keeps a full copy, safe from its garbage collector
+
+
+def _store():
+    # Imported late: building the node's swarm opens its chunk directory and needs the node key.
+    from backend.swarm.factory import node_swarm
+
+    return node_swarm()
+
+
+def store_encrypted(blob: bytes) -> str:
+    """Store ``blob`` encrypted and pinned; returns the encrypted reference (which is the data key)."""
+    return str(_store().put(blob, encrypt=True, pin=True))
+
+
+def fetch(reference: str) -> bytes:
+    """The plaintext of a blob; every chunk is verified against its address by the store."""
+    return _store().read(reference)
+
+
+def discard(reference: str) -> None:
+    """Undo ``store_encrypted``: unpin the blob so the store's collector may remove its chunks."""
+    _store().unpin(reference)
+
+
+def root_address(reference: str) -> bytes:
+    """The 32-byte root address: the part of a reference that may be published (no key)."""
+    return bytes.fromhex(reference[:64])
+
+
+def replication(reference: str) -> Replication:
+    stat = _store().stat(reference)
+    return Replication(chunks=stat.chunks, pinned_here=stat.pinned_here)

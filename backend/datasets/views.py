@@ -1,0 +1,98 @@
+"""Dataset endpoints: thin views over backend.datasets.services."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.response import Response
+
+from backend.api.errors import InvalidInput
+from backend.api.pagination import BoundedLimitOffsetPagination
+from backend.api.permissions import ProviderWrites
+from backend.datasets import services
+from backend.datasets.models import Dataset
+from backend.datasets.serializers import (
+    DatasetSerializer,
+    DatasetUploadSerializer,
+    GrantRequestSerializer,
+    GrantSerializer,
+)
+from backend.datasets.upload import SizeLimitedMemoryUploadHandler
+from backend.nodes.roles import Role, role_of
+
+
+class OwnDatasetsForProviders(ProviderWrites):
+    """A provider changes (grants, revokes) only the datasets it uploaded; the operator any."""
+
+    def has_object_permission(self, request, view, dataset) -> bool:
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return True
+        return role_of(request.user) == Role.OPERATOR or dataset.owner_id == request.user.id
+
+
+class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    queryset = Dataset.objects.select_related("owner").prefetch_related("spends")
+    serializer_class = DatasetSerializer
+    permission_classes = [OwnDatasetsForProviders]
+    pagination_class = BoundedLimitOffsetPagination
+    parser_classes = [MultiPartParser, JSONParser]
+    _upload_handler: SizeLimitedMemoryUploadHandler | None = None
+
+    def initialize_request(self, request, *args, **kwargs):
+        # Installed before DRF parses the body: uploads stay in memory, bounded by the limit.
+        self._upload_handler = SizeLimitedMemoryUploadHandler(request, settings.DEFL_MAX_UPLOAD_BYTES)
+        request.upload_handlers = [self._upload_handler]
+        return super().initialize_request(request, *args, **kwargs)
+
+    @extend_schema(
+        request={"multipart/form-data": DatasetUploadSerializer}, responses={201: DatasetSerializer}
+    )
+    def create(self, request):
+        form = DatasetUploadSerializer(data=request.data)
+        if self._upload_handler.too_large:
+            raise InvalidInput(
+                f"the file exceeds the {settings.DEFL_MAX_UPLOAD_BYTES} byte limit", field="file"
+            )
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        upload = services.Upload(
+            name=data["name"],
+            format=data["format"],
+            data=data["file"].read(),
+            epsilon_cap=data["epsilon_cap"],
+            delta=data["delta"],
+            label_column=data["label_column"],
+            classes=data["classes"],
+        )
+        dataset = services.create_dataset(upload, owner=request.user)
+        return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(methods=["GET"], responses={200: GrantSerializer(many=True)})
+    @extend_schema(methods=["POST"], request=GrantRequestSerializer, responses={201: GrantSerializer})
+    @action(detail=True, methods=["get", "post"], pagination_class=None)
+    def grants(self, request, pk=None):
+        dataset = self.get_object()
+        if request.method == "GET":
+            return Response(GrantSerializer(dataset.grants.all(), many=True).data)
+        form = GrantRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        grant = services.grant_access(dataset, form.validated_data["node"])
+        return Response(GrantSerializer(grant).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("node", str, OpenApiParameter.PATH, description="the grantee's address")
+        ],
+        request=None,
+        responses={200: GrantSerializer},
+    )
+    @action(
+        detail=True, methods=["delete"], url_path=r"grants/(?P<node>0x[0-9a-fA-F]{40})", pagination_class=None
+    )
+    def revoke(self, request, pk=None, node=None):
+        # 200 with the revoked grant rather than 204: the caller wants the revocation's tx hash.
+        grant = services.revoke_access(self.get_object(), node)
+        return Response(GrantSerializer(grant).data)

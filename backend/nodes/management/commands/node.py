@@ -1,0 +1,146 @@
+"""``manage.py node init|status|adduser``: bootstrap and inspect this node, add users."""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from backend.nodes import overview
+from backend.nodes.accounts import api_token, create_or_update_user
+from backend.nodes.identity import NodeKeyError, account_from_settings, create_keystore
+from backend.nodes.registration import register_node_on_chain
+from backend.nodes.roles import Role
+
+
+def _secret_from_env(variable: str, what: str) -> str:
+    value = os.environ.get(variable, "")
+    if not value:
+        raise CommandError(f"{what}: environment variable {variable} is not set or empty")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Bootstrap this node (init), show its state (status), or add a user with a role (adduser)."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{init,status,adduser}")
+
+        init = sub.add_parser("init", help="create (or import) the node key and register the node on chain")
+        init.add_argument(
+            "--import-key-env",
+            metavar="VAR",
+            help="import the hex private key held in environment variable VAR",
+        )
+
+        sub.add_parser("status", help="identity, chain height and lag, peers, storage")
+
+        adduser = sub.add_parser("adduser", help="create a user (or change its role)")
+        adduser.add_argument("username")
+        adduser.add_argument("--role", required=True, choices=[r.value for r in Role])
+        adduser.add_argument(
+            "--password-env",
+            metavar="VAR",
+            help="read the password from environment variable VAR (else: token only)",
+        )
+
+    def handle(self, *args, subcommand: str, **options):
+        {"init": self.init, "status": self.status, "adduser": self.adduser}[subcommand](**options)
+
+    # ------------------------------------------------------------------ init
+
+    def init(self, import_key_env: str | None = None, **_options):
+        account = self._key(import_key_env)
+        self.stdout.write(f"node address: {account.address}")
+        try:
+            registration = register_node_on_chain(account)
+        except Exception as exc:  # the ledger's errors: report in a sentence, exit non-zero
+            raise CommandError(f"registration on chain failed: {exc}") from exc
+        line = f"chain registration: {registration.status} ({registration.detail})"
+        if registration.tx_hash:
+            line += f", tx {registration.tx_hash}"
+        self.stdout.write(
+            self.style.WARNING(line) if registration.status == "skipped" else self.style.SUCCESS(line)
+        )
+
+    def _key(self, import_key_env: str | None):
+        if settings.DEFL_NODE_KEY:
+            if import_key_env:
+                raise CommandError(
+                    "DEFL_NODE_KEY is set: the key comes from the environment, nothing to import"
+                )
+            self.stdout.write("key: from DEFL_NODE_KEY (no keystore needed)")
+            return self._load()
+        path = settings.DEFL_KEYSTORE_PATH
+        if os.path.exists(path):
+            if import_key_env:
+                raise CommandError(f"{path} exists already; refusing to replace the node key")
+            self.stdout.write(f"key: existing keystore {path}")
+            return self._load()
+        private_key = _secret_from_env(import_key_env, "--import-key-env") if import_key_env else None
+        try:
+            account = create_keystore(path, settings.DEFL_KEYSTORE_PASSWORD, private_key)
+        except NodeKeyError as exc:
+            raise CommandError(str(exc)) from exc
+        except ValueError as exc:  # eth-account's error for a malformed imported key
+            raise CommandError(f"{import_key_env} does not hold a valid secp256k1 private key") from exc
+        self.stdout.write(
+            f"key: {'imported into' if private_key else 'created in'} encrypted keystore {path}"
+        )
+        return account
+
+    def _load(self):
+        try:
+            return account_from_settings(
+                settings.DEFL_NODE_KEY, settings.DEFL_KEYSTORE_PATH, settings.DEFL_KEYSTORE_PASSWORD
+            )
+        except NodeKeyError as exc:
+            raise CommandError(str(exc)) from exc
+
+    # ------------------------------------------------------------------ status
+
+    def status(self, **_options):
+        node = overview.node_overview()
+        self.stdout.write(f"name:      {node['name']}  endpoint: {node['endpoint']}")
+        self.stdout.write(f"address:   {node['address'] or '-  (' + str(node['identity_error']) + ')'}")
+        self.stdout.write(f"overlay:   {node['overlay'] or '-'}")
+        chain = node["chain"]
+        if chain["available"]:
+            self.stdout.write(
+                f"chain:     id {chain['chain_id']}, block {chain['block']}, "
+                f"indexed {chain['indexed_block']}, lag {chain['lag']}"
+            )
+        else:
+            self.stdout.write(f"chain:     unavailable ({chain['error']})")
+        storage = node["storage"]
+        if storage["available"]:
+            self.stdout.write(
+                f"storage:   {storage['chunks']} chunks, {storage['bytes']} bytes, {storage['pinned_chunks']} pinned"
+            )
+        else:
+            self.stdout.write(f"storage:   unavailable ({storage['error']})")
+        workers = node["workers"]
+        self.stdout.write(
+            f"workers:   {'in-process' if workers['eager'] else 'broker ' + str(workers['broker'])}"
+        )
+        self.stdout.write(f"device:    {node['device']}")
+        try:
+            peers = overview.peers()
+        except Exception as exc:  # peers come from the chain: show why they are missing
+            self.stdout.write(f"peers:     unavailable ({exc})")
+            return
+        self.stdout.write(f"peers:     {len(peers)}")
+        for peer in peers:
+            self.stdout.write(f"  {peer['address'] or '?':42}  {peer['name'] or '-':16}  {peer['endpoint']}")
+
+    # ------------------------------------------------------------------ adduser
+
+    def adduser(self, username: str, role: str, password_env: str | None = None, **_options):
+        password = _secret_from_env(password_env, "--password-env") if password_env else None
+        user, created = create_or_update_user(username, role, password)
+        self.stdout.write(
+            self.style.SUCCESS(f"{'created' if created else 'updated'} {username} with role {role}")
+        )
+        # The token is how scripts and the CLI authenticate; it is shown once, here.
+        self.stdout.write(f"API token: {api_token(user)}")

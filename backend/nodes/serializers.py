@@ -1,0 +1,77 @@
+"""Request and response shapes of the auth and node endpoints."""
+
+from rest_framework import serializers
+
+from backend.nodes.roles import Role
+
+
+class LoginSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=256, trim_whitespace=False, style={"input_type": "password"})
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class LoginResponseSerializer(serializers.Serializer):
+    token = serializers.CharField()
+    user = MeSerializer()
+
+
+class ChainSerializer(serializers.Serializer):
+    available = serializers.BooleanField()
+    chain_id = serializers.IntegerField(allow_null=True)
+    block = serializers.IntegerField(allow_null=True)
+    indexed_block = serializers.IntegerField(allow_null=True)
+    lag = serializers.IntegerField(allow_null=True)
+    contracts = serializers.DictField(child=serializers.CharField())
+    error = serializers.CharField(allow_null=True)
+
+
+class StorageSerializer(serializers.Serializer):
+    available = serializers.BooleanField()
+    chunks = serializers.IntegerField(allow_null=True)
+    bytes = serializers.IntegerField(allow_null=True)
+    pinned_chunks = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+
+
+class WorkersSerializer(serializers.Serializer):
+    broker = serializers.CharField(allow_null=True, help_text="broker host, or null for in-process tasks")
+    eager = serializers.BooleanField()
+
+
+class NodeSerializer(serializers.Serializer):
+    address = serializers.CharField(allow_null=True, help_text="this node's chain address (null: no key yet)")
+    name = serializers.CharField()
+    endpoint = serializers.CharField(allow_blank=True)
+    overlay = serializers.CharField(allow_null=True)
+    identity_error = serializers.CharField(allow_null=True)
+    chain = ChainSerializer()
+    storage = StorageSerializer()
+    workers = WorkersSerializer()
+    device = serializers.CharField()
+
+
+class PeerSerializer(serializers.Serializer):
+    address = serializers.CharField()
+    name = serializers.CharField(allow_blank=True)
+    endpoint = serializers.CharField(allow_blank=True)
+    overlay = serializers.CharField(allow_null=True)
+    healthy = serializers.BooleanField(allow_null=True)
+    last_seen = serializers.DateTimeField(allow_null=True)
+
+
+class EventSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    contract = serializers.CharField()
+    block = serializers.IntegerField()
+    tx_hash = serializers.CharField()
+    args = serializers.DictField()
+    timestamp = serializers.DateTimeField(allow_null=True)
+
+
+class EventQuerySerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
