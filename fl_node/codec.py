@@ -334,6 +334,25 @@ def _check_against_spec(found: Mapping[str, tuple[int, ...]], expected: Spec | N
             raise CodecError(f"tensor {name!r} has shape {list(shape)}, expected {list(expected[name])}")
 
 
+def check_update(update: Update, expected: Spec | None = None) -> None:
+    """Validate an in-memory update the way :func:`decode_update` validates bytes; raise :class:`CodecError`."""
+    if not isinstance(update, Mapping) or not update:
+        raise CodecError("an update must be a non-empty mapping of name -> tensor")
+    for name, value in update.items():
+        _check_name(name)
+        if isinstance(value, SparseRows):
+            if not isinstance(value.indices, Tensor) or not isinstance(value.values, Tensor):
+                raise CodecError(f"sparse tensor {name!r}: indices and rows must be tensors")
+            _check_sparse_parts(name, value.indices, value.values, tuple(value.shape))
+        elif isinstance(value, Tensor):
+            if value.dtype != torch.float32:
+                raise CodecError(f"tensor {name!r} has dtype {value.dtype}, expected torch.float32")
+            _check_finite(name, value)
+        else:
+            raise CodecError(f"value of {name!r} is {type(value).__name__}, not a tensor or SparseRows")
+    _check_against_spec({n: value_shape(v) for n, v in update.items()}, expected)
+
+
 def decode_update(data: bytes, expected: Spec | None = None) -> dict[str, UpdateValue]:
     """Decode and validate update bytes; ``expected`` ({name: shape}) pins the exact names and shapes.
 

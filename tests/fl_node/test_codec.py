@@ -14,6 +14,7 @@ import torch
 from fl_node.codec import (
     CodecError,
     SparseRows,
+    check_update,
     content_hash,
     decode_model,
     decode_update,
@@ -330,3 +331,14 @@ def test_decode_rejects_overlapping_offsets():
     data[8 : 8 + header_len] = text
     with pytest.raises(CodecError, match="overlapping|truncated"):
         decode_update(bytes(data))
+
+
+def test_check_update_validates_in_memory_updates():
+    check_update({"w": torch.ones(2)}, expected={"w": (2,)})
+    bad_rows = SparseRows(torch.tensor([50]), torch.zeros(1, 4), (10, 4))
+    with pytest.raises(CodecError, match="out of range"):
+        check_update({"e": bad_rows})
+    with pytest.raises(CodecError, match="NaN or Inf"):
+        check_update({"w": torch.tensor([float("nan")])})
+    with pytest.raises(CodecError, match="unknown tensor"):
+        check_update({"w": torch.ones(2), "x": torch.ones(1)}, expected={"w": (2,)})

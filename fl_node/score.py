@@ -1,0 +1,127 @@
+"""Committee scoring: how good is the global model after applying one trainer's update?
+
+In committee consensus (Li et al. 2020, "A Blockchain-based Decentralized
+Federated Learning Framework with Committee Consensus", BFLC) each committee
+member evaluates every submitted update on its own validation data and puts an
+integer score on chain; the contract takes the median. A score here is a float
+in [0, 1]: accuracy by default, or ``exp(-mean cross-entropy)`` for
+``metric="likelihood"`` (1 for a perfect model, falling towards 0 as the loss
+grows). :func:`fl_node.committee.score_to_int` turns it into the on-chain integer.
+
+Scoring must never crash a committee member on a hostile update: anything
+malformed (undecodable bytes, wrong names or shapes, NaN/Inf, a model that
+becomes non-finite) scores 0. Errors in the caller's own inputs (model,
+validation data) still raise, since they are bugs, not attacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from fl_node.codec import CodecError, Update, check_update, decode_update, densify, update_spec
+from fl_node.committee import score_to_int
+
+METRICS = ("accuracy", "likelihood")
+
+
+def _as_update(update: bytes | Update, global_state: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
+    """The update as dense tensors matching the global model's float tensors, or None if malformed."""
+    spec = update_spec(global_state)
+    try:
+        if isinstance(update, bytes | bytearray | memoryview):
+            decoded = decode_update(update, expected=spec)
+        elif isinstance(update, Mapping):
+            check_update(update, expected=spec)
+            decoded = update
+        else:
+            return None
+        return {name: densify(value) for name, value in decoded.items()}
+    except (CodecError, TypeError):
+        return None
+
+
+def merged_state(
+    global_state: Mapping[str, Tensor], update: Mapping[str, Tensor]
+) -> dict[str, Tensor] | None:
+    """Global plus update; None if the sum overflows to Inf."""
+    merged = {}
+    for name, tensor in global_state.items():
+        if name in update:
+            tensor = torch.add(tensor, update[name])
+            if not bool(torch.isfinite(tensor).all()):
+                return None
+        merged[name] = tensor
+    return merged
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x_val: Tensor, y_val: Tensor, *, batch_size: int, metric: str) -> float:
+    """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if outputs are non-finite."""
+    model.eval()
+    correct = 0
+    loss_sum = 0.0
+    for start in range(0, len(x_val), batch_size):
+        logits = model(x_val[start : start + batch_size])
+        targets = y_val[start : start + batch_size]
+        if not bool(torch.isfinite(logits).all()):
+            return 0.0
+        if metric == "accuracy":
+            correct += int((logits.argmax(dim=1) == targets).sum())
+        else:
+            loss_sum += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
+    if metric == "accuracy":
+        return correct / len(x_val)
+    return math.exp(-loss_sum / len(x_val))
+
+
+def score_update(
+    model: nn.Module,
+    global_state: Mapping[str, Tensor],
+    update: bytes | Update,
+    x_val: Tensor,
+    y_val: Tensor,
+    *,
+    batch_size: int = 512,
+    metric: str = "accuracy",
+) -> float:
+    """Score in [0, 1] of ``global_state + update`` on (x_val, y_val); 0 for a malformed update.
+
+    ``model`` is a scratch module of the right architecture: its weights are
+    overwritten. ``update`` is encoded bytes or a decoded mapping; it must
+    carry exactly the floating-point tensors of ``global_state``.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    if len(x_val) == 0 or len(x_val) != len(y_val):
+        raise ValueError(f"validation set is empty or mismatched: {len(x_val)} inputs, {len(y_val)} labels")
+    dense = _as_update(update, global_state)
+    if dense is None:
+        return 0.0
+    merged = merged_state(global_state, dense)
+    if merged is None:
+        return 0.0
+    model.load_state_dict(merged, strict=True)
+    value = evaluate(model, x_val, y_val, batch_size=batch_size, metric=metric)
+    return min(1.0, max(0.0, value)) if value == value else 0.0
+
+
+def score_update_int(
+    model: nn.Module,
+    global_state: Mapping[str, Tensor],
+    update: bytes | Update,
+    x_val: Tensor,
+    y_val: Tensor,
+    *,
+    batch_size: int = 512,
+    metric: str = "accuracy",
+) -> int:
+    """The on-chain integer score (basis points) of :func:`score_update`."""
+    return score_to_int(
+        score_update(model, global_state, update, x_val, y_val, batch_size=batch_size, metric=metric)
+    )

@@ -1,0 +1,123 @@
+"""fl_node.score: good updates outscore garbage; malformed or non-finite updates score 0 without raising."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fl_node.codec import SparseRows, encode_update
+from fl_node.committee import MAX_SCORE, score_to_int
+from fl_node.score import score_update, score_update_int
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embedding(tokens))
+
+
+@pytest.fixture
+def setup():
+    """A random global model, validation data from a known teacher, and the update that reaches the teacher."""
+    torch.manual_seed(0)
+    teacher = TinyClassifier()
+    with torch.no_grad():
+        teacher.head.weight.mul_(10)
+    model = TinyClassifier()
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    x_val = torch.randint(0, 10, (200,))
+    with torch.no_grad():
+        y_val = teacher(x_val).argmax(dim=1)
+    good = {name: teacher.state_dict()[name] - global_state[name] for name in global_state}
+    return model, global_state, good, x_val, y_val
+
+
+def test_good_update_scores_higher_than_garbage(setup):
+    model, global_state, good, x_val, y_val = setup
+    generator = torch.Generator().manual_seed(1)
+    garbage = {name: torch.randn(t.shape, generator=generator) * 50 for name, t in global_state.items()}
+    good_score = score_update(model, global_state, good, x_val, y_val, batch_size=64)
+    garbage_score = score_update(model, global_state, garbage, x_val, y_val, batch_size=64)
+    assert good_score == 1.0
+    assert 0.0 <= garbage_score < good_score
+
+
+def test_bytes_and_tensors_score_the_same(setup):
+    model, global_state, good, x_val, y_val = setup
+    from_tensors = score_update(model, global_state, good, x_val, y_val)
+    assert score_update(model, global_state, encode_update(good), x_val, y_val) == from_tensors
+
+
+def test_sparse_rows_are_accepted(setup):
+    model, global_state, good, x_val, y_val = setup
+    zero_update = {name: torch.zeros_like(t) for name, t in global_state.items()}
+    zero_update["embedding.weight"] = SparseRows(
+        torch.tensor([], dtype=torch.int64), torch.zeros(0, 4), (10, 4)
+    )
+    baseline = score_update(model, global_state, zero_update, x_val, y_val)
+    model.load_state_dict(global_state)
+    with torch.no_grad():
+        expected = float((model(x_val).argmax(dim=1) == y_val).float().mean())
+    assert baseline == pytest.approx(expected)
+
+
+def test_likelihood_metric_is_in_unit_interval_and_ranks(setup):
+    model, global_state, good, x_val, y_val = setup
+    noisy = {name: t + torch.randn_like(t) * 5 for name, t in good.items()}
+    good_score = score_update(model, global_state, good, x_val, y_val, metric="likelihood")
+    noisy_score = score_update(model, global_state, noisy, x_val, y_val, metric="likelihood")
+    assert 0.0 < noisy_score < good_score <= 1.0
+
+
+def test_integer_score_matches_committee_rule(setup):
+    model, global_state, good, x_val, y_val = setup
+    value = score_update(model, global_state, good, x_val, y_val)
+    assert score_update_int(model, global_state, good, x_val, y_val) == score_to_int(value) == MAX_SCORE
+
+
+def malformed_updates(global_state: dict) -> dict[str, object]:
+    zeros = {name: torch.zeros_like(t) for name, t in global_state.items()}
+    nan = dict(zeros, **{"head.bias": torch.tensor([0.0, float("nan"), 0.0])})
+    inf = dict(zeros, **{"head.weight": torch.full((3, 4), float("inf"))})
+    # Finite in itself, but the model's outputs overflow to Inf.
+    huge = dict(zeros, **{"head.weight": torch.full((3, 4), 3.4e38)})
+    return {
+        "nan": nan,
+        "inf": inf,
+        "non-finite outputs": huge,
+        "missing tensor": {k: v for k, v in zeros.items() if k != "head.bias"},
+        "unknown tensor": dict(zeros, extra=torch.zeros(1)),
+        "wrong shape": dict(zeros, **{"head.bias": torch.zeros(4)}),
+        "wrong dtype": dict(zeros, **{"head.bias": torch.zeros(3, dtype=torch.float64)}),
+        "bad sparse indices": dict(
+            zeros, **{"embedding.weight": SparseRows(torch.tensor([50]), torch.zeros(1, 4), (10, 4))}
+        ),
+        "garbage bytes": b"\x00\x01garbage" * 10,
+        "truncated bytes": encode_update(zeros)[:-7],
+        "nan in bytes": None,  # filled below: NaN smuggled past the encoder
+        "not an update": 42,
+    }
+
+
+def test_malformed_updates_score_zero(setup):
+    model, global_state, _, x_val, y_val = setup
+    cases = malformed_updates(global_state)
+    data = bytearray(encode_update({name: torch.zeros_like(t) for name, t in global_state.items()}))
+    data[-4:] = torch.tensor([float("nan")]).numpy().tobytes()
+    cases["nan in bytes"] = bytes(data)
+    for label, update in cases.items():
+        assert score_update(model, global_state, update, x_val, y_val) == 0.0, label
+        assert score_update_int(model, global_state, update, x_val, y_val) == 0, label
+
+
+def test_caller_errors_still_raise(setup):
+    model, global_state, good, x_val, y_val = setup
+    with pytest.raises(ValueError, match="metric"):
+        score_update(model, global_state, good, x_val, y_val, metric="f1")
+    with pytest.raises(ValueError, match="validation set"):
+        score_update(model, global_state, good, x_val[:0], y_val[:0])
