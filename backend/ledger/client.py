@@ -111,9 +111,17 @@ def revert_from(exc: BaseException) -> ContractRevert | None:
     if isinstance(exc, ContractLogicError):
         return UnknownRevert(str(exc))
     if isinstance(exc, TesterTransactionFailed):
+        # web3's tester provider re-raises with the data decoded as a string whatever the
+        # selector; the raw bytes are on the original exception (its __context__).
+        cause: BaseException | None = exc
+        while cause is not None:
+            raw = cause.args[0] if cause.args else None
+            if isinstance(raw, Exception) and raw.args:
+                raw = raw.args[0]
+            if isinstance(raw, bytes):
+                return decode_revert(raw)
+            cause = cause.__context__
         message = str(exc.args[0]) if exc.args else ""
-        if isinstance(exc.args[0] if exc.args else None, bytes):
-            return decode_revert(exc.args[0])
         prefix = "execution reverted: "
         if message.startswith(prefix + "b'") or message.startswith(prefix + 'b"'):
             return decode_revert(ast.literal_eval(message[len(prefix) :]))

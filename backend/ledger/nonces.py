@@ -35,6 +35,11 @@ class NonceManager:
                 raise
             self._next = nonce + 1
 
+    def reset(self) -> None:
+        """Forget the local count (after the chain was reverted to a snapshot, say)."""
+        with self._thread_lock:
+            self._next = None
+
     @contextmanager
     def _process_lock(self) -> Iterator[None]:
         if self._lock_path is None:
