@@ -1,0 +1,108 @@
+"""Placement, replicated upload, fallback, read repair and repair over in-process nodes."""
+
+import os
+
+import pytest
+
+from backend.swarm.api import Swarm
+from backend.swarm.errors import NotEnoughReplicas, PeerError
+from backend.swarm.placement import overlay_address, xor_distance
+from tests.swarm.helpers import local_network
+
+SIZE = 64 << 10
+
+
+@pytest.fixture
+def four(tmp_path):
+    network, stores = local_network(tmp_path, 4)
+    swarm = Swarm(stores[0], network, chunk_size=SIZE, batch_bytes=SIZE * 4)
+    yield swarm, network, stores
+    network.close()
+
+
+def holders(stores, address):
+    return [i for i, s in enumerate(stores) if s.has(address)]
+
+
+def test_overlay_and_distance():
+    assert overlay_address("0x" + "00" * 20) == overlay_address("0x" + "00" * 20)
+    assert xor_distance(b"\x01", b"\x03") == 2
+
+
+def test_each_chunk_lives_on_its_three_closest_nodes(four):
+    swarm, network, stores = four
+    ref = swarm.put(os.urandom(SIZE * 20 + 5))
+    addresses = swarm.chunk_addresses(ref)
+    assert len(addresses) == 22
+    index = {n.peer.address: i for i, n in enumerate(network.nodes)}
+    for address in addresses:
+        closest = sorted(index[n.peer.address] for n in network.ranked(address)[:3])
+        assert holders(stores, address) == closest
+
+
+def test_download_falls_back_and_repairs_corrupt_and_missing_copies(four):
+    swarm, network, stores = four
+    data = os.urandom(SIZE * 12)
+    ref = swarm.put(data)
+    addresses = swarm.chunk_addresses(ref)
+    # Corrupt every copy held by the closest node of each chunk; delete some second copies.
+    broken = 0
+    for address in addresses:
+        first, second = network.ranked(address)[:2]
+        path = first.transport.store.path(address)
+        raw = bytearray(path.read_bytes())
+        raw[-1] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        broken += 1
+        second.transport.store.delete(address)
+    assert swarm.read(ref) == data
+    stats = swarm.last_fetch_stats
+    assert stats.missing + stats.corrupt >= broken and stats.repaired >= broken
+    for address in addresses:
+        for node in network.ranked(address)[:3]:
+            assert node.transport.store.get(address)  # verified good copy again
+
+
+def test_node_leaving_then_repair_restores_three_copies(four):
+    swarm, network, stores = four
+    ref = swarm.put(os.urandom(SIZE * 10))
+    gone = network.nodes[3]
+
+    def down(*_a, **_k):
+        raise PeerError("down")
+
+    gone.transport.push = gone.transport.fetch = gone.transport.has = down
+    report = swarm.repair(ref)
+    assert report.lost == 0 and report.copies_added > 0
+    for address in swarm.chunk_addresses(ref):
+        live = [n for n in network.nodes if n is not gone and n.transport.store.has(address)]
+        assert len(live) == 3
+
+
+def test_upload_fails_without_enough_replicas(tmp_path):
+    network, stores = local_network(tmp_path, 3, replication=3)
+
+    def down(*_a, **_k):
+        raise PeerError("down")
+
+    network.nodes[2].transport.push = down
+    swarm = Swarm(stores[0], network, chunk_size=SIZE)
+    with pytest.raises(NotEnoughReplicas):
+        swarm.put(os.urandom(SIZE * 3))
+    network.close()
+
+
+def test_pin_keeps_a_local_copy_and_gc_drops_what_is_not_ours(four):
+    swarm, network, stores = four
+    ref = swarm.put(os.urandom(SIZE * 10))
+    me = network.nodes[0].peer.address
+    assert swarm.pin(ref) == 11
+    assert all(stores[0].has(a) for a in swarm.chunk_addresses(ref))
+    swarm.gc(grace_s=0)
+    assert all(stores[0].has(a) for a in swarm.chunk_addresses(ref))
+    swarm.unpin(ref)
+    swarm.gc(grace_s=0)
+    for address in swarm.chunk_addresses(ref):
+        ours = any(n.peer.address == me for n in network.ranked(address)[:3])
+        assert stores[0].has(address) == ours
+    assert swarm.stat(ref).size == SIZE * 10

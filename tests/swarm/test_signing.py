@@ -1,0 +1,63 @@
+"""Signed peer requests: a good one passes; unsigned, tampered, stale, unregistered, replayed fail."""
+
+import pytest
+from eth_account import Account
+
+from backend.swarm.errors import SignatureError, UnregisteredSigner
+from backend.swarm.signing import MemoryNonceCache, RequestSigner, verify_request
+
+NODE = Account.create()
+STRANGER = Account.create()
+
+
+def verify(headers, *, body=b"body", path="/api/swarm/peer/has", nonces=None, now=None):
+    return verify_request(
+        method="POST",
+        path=path,
+        headers=headers,
+        body=body,
+        is_registered=lambda a: a == NODE.address,
+        nonces=nonces or MemoryNonceCache(),
+        max_skew_s=60,
+        now=now,
+    )
+
+
+def signed(account=NODE, body=b"body", path="/api/swarm/peer/has", now=None):
+    return RequestSigner(bytes(account.key)).headers("POST", path, body, now=now)
+
+
+def test_valid_request_names_its_signer():
+    assert verify(signed()).signer == NODE.address
+
+
+def test_unsigned_and_tampered_requests_are_refused():
+    with pytest.raises(SignatureError, match="unsigned"):
+        verify({})
+    with pytest.raises(SignatureError):
+        verify(signed(), body=b"other body")
+    with pytest.raises(SignatureError):
+        verify(signed(), path="/api/swarm/peer/chunks")
+
+
+def test_unregistered_signer_is_refused():
+    with pytest.raises(UnregisteredSigner):
+        verify(signed(STRANGER))
+
+
+def test_claiming_another_address_is_refused():
+    headers = signed(STRANGER)
+    headers["X-Swarm-Address"] = NODE.address
+    with pytest.raises(SignatureError, match="claimed"):
+        verify(headers)
+
+
+def test_replay_and_stale_timestamps_are_refused():
+    nonces = MemoryNonceCache()
+    headers = signed()
+    verify(headers, nonces=nonces)
+    with pytest.raises(SignatureError, match="replayed"):
+        verify(headers, nonces=nonces)
+    with pytest.raises(SignatureError, match="clock-skew"):
+        verify(signed(now=1_000_000), now=1_000_000 + 61)
+    verify(signed(now=1_000_000), now=1_000_000 + 59)
