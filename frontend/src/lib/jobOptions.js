@@ -1,0 +1,40 @@
+// Choices offered by the job form; they mirror fl_node's registries (models, strategies).
+export const MODELS = [
+  { value: 'mlp', label: 'MLP (tabular / flattened images)' },
+  { value: 'cnn', label: 'CNN (images)' },
+  { value: 'text', label: 'Text classifier (token ids)' },
+]
+
+export const STRATEGY_GROUPS = [
+  {
+    label: 'Averaging',
+    options: [
+      { value: 'fedavg', label: 'FedAvg' },
+      { value: 'fedprox', label: 'FedProx' },
+      { value: 'fedadam', label: 'FedAdam' },
+      { value: 'fedyogi', label: 'FedYogi' },
+    ],
+  },
+  {
+    label: 'Robust (defends against poisoned updates)',
+    options: [
+      { value: 'median', label: 'Coordinate-wise median' },
+      { value: 'trimmed_mean', label: 'Trimmed mean' },
+      { value: 'krum', label: 'Krum' },
+      { value: 'multi_krum', label: 'Multi-Krum' },
+      { value: 'hybrid', label: 'Hybrid' },
+    ],
+  },
+]
+
+export const DP_MODES = [
+  { value: 'none', label: 'None' },
+  { value: 'sgd', label: 'DP-SGD (per-sample clipping + noise)' },
+  { value: 'update', label: 'Update-level Gaussian mechanism' },
+]
+
+export const ACTIVE_JOB_STATUSES = ['created', 'pending', 'open', 'joining', 'running', 'training', 'active', 'started']
+
+export function isActiveJob(job) {
+  return ACTIVE_JOB_STATUSES.includes(String(job?.status || '').toLowerCase())
+}

@@ -1,0 +1,30 @@
+// Every page is its own chunk (lazy routes). Routes carry the action they need,
+// so a role that may not do it is sent back to the overview.
+import { createRouter, createWebHistory } from 'vue-router'
+import { session } from './lib/session.js'
+import { can } from './lib/permissions.js'
+
+export const routes = [
+  { path: '/login', name: 'login', component: () => import('./pages/SignInPage.vue'), meta: { public: true, title: 'Sign in' } },
+  { path: '/', name: 'overview', component: () => import('./pages/OverviewPage.vue'), meta: { title: 'Overview' } },
+  { path: '/datasets', name: 'datasets', component: () => import('./pages/DatasetsPage.vue'), meta: { title: 'Datasets' } },
+  { path: '/datasets/:id', name: 'dataset', component: () => import('./pages/DatasetPage.vue'), props: true, meta: { title: 'Dataset' } },
+  { path: '/jobs', name: 'jobs', component: () => import('./pages/JobsPage.vue'), meta: { title: 'Jobs' } },
+  { path: '/jobs/new', name: 'job-new', component: () => import('./pages/JobCreatePage.vue'), meta: { title: 'New job', action: 'jobs:write' } },
+  { path: '/jobs/:id', name: 'job', component: () => import('./pages/JobPage.vue'), props: true, meta: { title: 'Job' } },
+  { path: '/models', name: 'models', component: () => import('./pages/ModelsPage.vue'), meta: { title: 'Models' } },
+  { path: '/:rest(.*)*', name: 'not-found', component: () => import('./pages/NotFoundPage.vue'), meta: { title: 'Not found' } },
+]
+
+export function guard(to) {
+  if (to.meta.public) return true
+  if (!session.token) return { name: 'login', query: to.fullPath === '/' ? {} : { redirect: to.fullPath } }
+  if (to.meta.action && !can(session.user?.role, to.meta.action)) return { name: 'overview' }
+  return true
+}
+
+export const router = createRouter({ history: createWebHistory('/'), routes })
+router.beforeEach(guard)
+router.afterEach((to) => {
+  document.title = `${to.meta.title || 'DeFL'} · DeFL node`
+})
