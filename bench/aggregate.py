@@ -22,7 +22,7 @@ from fl_node.aggregate import WeightedUpdate, get_strategy  # noqa: E402
 
 NUM_UPDATES = 10
 SHAPES = {f"layer{i}.weight": (2500, 1000) for i in range(4)}  # 4 x 2.5M = 10M parameters
-REPEATS = 3
+REPEATS = 5
 STRATEGIES = {
     "fedavg": {},
     "fedprox": {},

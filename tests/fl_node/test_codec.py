@@ -342,3 +342,15 @@ def test_check_update_validates_in_memory_updates():
         check_update({"w": torch.tensor([float("nan")])})
     with pytest.raises(CodecError, match="unknown tensor"):
         check_update({"w": torch.ones(2), "x": torch.ones(1)}, expected={"w": (2,)})
+
+
+def test_container_is_byte_identical_to_the_safetensors_library():
+    update = {**embedding_update(touched=0.05), "scalar": torch.tensor(1.5), "empty": torch.zeros(0, 3)}
+    for data in (
+        encode_update(update),
+        encode_model({"w": torch.randn(4, 2), "n": torch.tensor(3)}, {"m/w": torch.ones(4, 2)}),
+    ):
+        header_len = int.from_bytes(data[:8], "little")
+        metadata = json.loads(data[8 : 8 + header_len])["__metadata__"]
+        loaded = safetensors.torch.load(data)
+        assert safetensors.torch.save(loaded, metadata=metadata) == data
