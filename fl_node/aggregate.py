@@ -35,9 +35,10 @@ Algorithms:
   Byzantine trainer could claim any sample count.
 * Krum / Multi-Krum — Blanchard et al. 2017, "Machine Learning with Adversaries:
   Byzantine Tolerant Gradient Descent". Unweighted for the same reason.
-  Distances are float64 sums of float32 chunk distances; across different CPU
-  vector paths they may differ in the last bits, which could only change the
-  choice between two updates at an exact tie (broken by id).
+  Squared distances come from float64 Gram matrices of chunks; BLAS may sum in
+  a different order on another CPU, changing the last bits of a distance, which
+  could only change the choice between two updates at a near-exact tie (ties
+  are broken by id). The averaging itself is exact as above.
 * Hybrid — dense tensors as FedAvg; row-sparse tensors (embeddings) average each
   row only over the updates that touched it, weighted by those updates'
   samples, as in sparse federated NLP (e.g. Niu et al. 2020, sub-model FL).
