@@ -145,3 +145,13 @@ DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
 # How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
 DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
+
+# --- Dashboard (backend/web): the built Vue app, served by this node through WhiteNoise ---
+INSTALLED_APPS += ["backend.web"]
+DEFL_FRONTEND_DIST = BASE_DIR / "frontend" / "dist"
+# `npm --prefix frontend run build` writes the SPA there; its assets are served under STATIC_URL
+# straight from the build (no collectstatic step), its index.html by backend.web for client routes.
+STATICFILES_DIRS = [DEFL_FRONTEND_DIST] if DEFL_FRONTEND_DIST.is_dir() else []
+WHITENOISE_USE_FINDERS = True
+# Vite's assets carry a content hash in their name: cache them forever.
+WHITENOISE_IMMUTABLE_FILE_TEST = r"^/static/assets/.+-[0-9A-Za-z_-]{8}\.\w+$"

@@ -17,4 +17,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/swarm/", include("backend.swarm.urls")),
     path("api/", include("backend.api_urls")),
+    path("", include("backend.web.urls")),  # the dashboard SPA catch-all: keep it the last entry
 ]
