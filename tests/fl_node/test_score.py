@@ -121,3 +121,21 @@ def test_caller_errors_still_raise(setup):
         score_update(model, global_state, good, x_val, y_val, metric="f1")
     with pytest.raises(ValueError, match="validation set"):
         score_update(model, global_state, good, x_val[:0], y_val[:0])
+
+
+def test_text_model_update_with_sparse_embedding_rows():
+    models = pytest.importorskip("fl_node.models")
+    model = models.create_model("text", input_shape=(6,), num_classes=3, vocab_size=200, embed_dim=8, seed=0)
+    teacher = models.create_model(
+        "text", input_shape=(6,), num_classes=3, vocab_size=200, embed_dim=8, seed=1
+    )
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    x_val = torch.randint(1, 20, (100, 6))  # only tokens 1..19 appear: 10% of the embedding rows
+    with torch.no_grad():
+        y_val = teacher(x_val).argmax(dim=1)
+    good = {name: teacher.state_dict()[name] - global_state[name] for name in global_state}
+    good["embedding.weight"][20:] = 0.0  # rows of unseen tokens do not change
+    data = encode_update(good)
+    assert len(data) < 0.2 * 200 * 8 * 4 + 2000  # the embedding travels as sparse rows
+    assert score_update(model, global_state, data, x_val, y_val) == 1.0
+    assert score_update(model, global_state, good, x_val, y_val) == 1.0
