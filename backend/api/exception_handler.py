@@ -19,21 +19,33 @@ from backend.api.errors import DomainError, InvalidInput
 logger = logging.getLogger(__name__)
 
 # Error families of the external-service clients, looked up along the MRO by class name.
-# Their "unavailable" subclasses (timeouts, connection failures) mean 503, everything
-# else (a revert, a missing chunk) means the request conflicts with the state: 409.
+# "Cannot be served now" (unreachable chain or peers, chunks nobody returned, a ledger
+# that is not configured) is 503; a malformed reference is the caller's 400; everything
+# else (a revert, a corrupt chunk) conflicts with the current state: 409.
 _SERVICE_ERROR_BASES = {"LedgerError", "SwarmError"}
-_UNAVAILABLE_NAMES = {"LedgerUnavailable", "ChainUnavailable", "SwarmUnavailable", "PeerUnavailable"}
-_NOT_FOUND_NAMES = {"ChunkNotFound", "NotFoundError", "SwarmNotFound", "ReferenceNotFound"}
+_UNAVAILABLE_NAMES = {
+    "ChainUnavailable",
+    "LedgerConfigError",
+    "TransactionTimeout",
+    "PeerError",
+    "ChunkNotFound",
+    "NotEnoughReplicas",
+}
+_BAD_REQUEST_NAMES = {"InvalidReference"}
+# The learning core's budget error, should one escape a service untranslated.
+_CONFLICT_NAMES = {"PrivacyBudgetExceeded"}
 
 
 def _service_status(exc: Exception) -> int | None:
     names = {klass.__name__ for klass in type(exc).__mro__}
+    if names & _CONFLICT_NAMES:
+        return status.HTTP_409_CONFLICT
     if not names & _SERVICE_ERROR_BASES:
         return None
     if names & _UNAVAILABLE_NAMES:
         return status.HTTP_503_SERVICE_UNAVAILABLE
-    if names & _NOT_FOUND_NAMES:
-        return status.HTTP_404_NOT_FOUND
+    if names & _BAD_REQUEST_NAMES:
+        return status.HTTP_400_BAD_REQUEST
     return status.HTTP_409_CONFLICT
 
 

@@ -1,15 +1,29 @@
 """The datasets' view of the chain: DataRegistry calls and node public keys, through the ledger.
 
 Kept apart from services so that the flows read as steps and the ledger's API is
-named in one file. Until the ledger's client exists, ``ledger_client()`` returns
-None and registration is skipped (the dataset stays "stored", not "registered").
+named in one file. Without a ledger, registration is skipped (the dataset stays
+"stored", not "registered") and grants are refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.nodes import ledger_access
+from backend.nodes.ledger_access import LedgerMissing
+
+__all__ = [
+    "LedgerMissing",
+    "Registration",
+    "register_dataset",
+    "grant",
+    "revoke",
+    "spend_privacy",
+    "node_public_key",
+]
+
 MICRO_EPSILON = 1_000_000  # DataRegistry counts privacy in micro-epsilon (uint64)
+_NODE_STATUS_NONE = 0
 
 
 @dataclass(frozen=True)
@@ -18,51 +32,44 @@ class Registration:
     tx_hash: str
 
 
-class LedgerMissing(RuntimeError):
-    """This build has no ledger client; chain steps are skipped where that is allowed."""
-
-
-def ledger_client():
-    """The ledger's client for this node, or None when the ledger is not available."""
-    try:
-        from backend.ledger.factory import get_client
-    except ImportError:
-        return None
-    return get_client()
-
-
-def _require_client():
-    client = ledger_client()
-    if client is None:
-        raise LedgerMissing("the ledger is not available on this node")
-    return client
-
-
 def register_dataset(
     *, content_hash: str, swarm_root: bytes, schema_hash: str, samples: int, epsilon_cap: float
 ) -> Registration | None:
-    client = ledger_client()
-    if client is None:
+    ledger = ledger_access.node_ledger()
+    if ledger is None:
         return None
-    receipt = client.data_registry.register_dataset(
-        content_hash=bytes.fromhex(content_hash),
-        swarm_ref=swarm_root,
-        schema_hash=bytes.fromhex(schema_hash),
-        samples=samples,
-        privacy_cap=round(epsilon_cap * MICRO_EPSILON),
+    # Encoded and sent here rather than through DataRegistry.register_dataset, which returns
+    # only the id: the API shows the transaction hash too.
+    call = ledger.data.encode(
+        "registerDataset",
+        bytes.fromhex(content_hash),
+        swarm_root,
+        bytes.fromhex(schema_hash),
+        samples,
+        round(epsilon_cap * MICRO_EPSILON),
     )
-    return Registration(onchain_id=str(receipt.dataset_id), tx_hash=receipt.tx_hash)
+    receipt = ledger.client.transact(call)
+    dataset_id = receipt.event("DatasetRegistered").args["datasetId"]
+    return Registration(onchain_id=str(dataset_id), tx_hash=receipt.tx_hash)
 
 
 def grant(onchain_id: str, grantee: str, wrapped_key: bytes) -> str:
-    return _require_client().data_registry.grant(int(onchain_id), grantee, wrapped_key).tx_hash
+    return ledger_access.require_ledger().data.grant(int(onchain_id), grantee, wrapped_key).tx_hash
 
 
 def revoke(onchain_id: str, grantee: str) -> str:
-    return _require_client().data_registry.revoke(int(onchain_id), grantee).tx_hash
+    return ledger_access.require_ledger().data.revoke(int(onchain_id), grantee).tx_hash
+
+
+def spend_privacy(onchain_id: str, job: str | int, micro_epsilon: int) -> str | None:
+    """DataRegistry.spendPrivacy; None (skipped) without a ledger."""
+    ledger = ledger_access.node_ledger()
+    if ledger is None:
+        return None
+    return ledger.data.spend_privacy(int(onchain_id), int(job), micro_epsilon).tx_hash
 
 
 def node_public_key(address: str) -> bytes | None:
-    """The 64-byte public key a node registered with, or None for an unknown node."""
-    node = _require_client().node_registry.get_node(address)
-    return node.pubkey if node else None
+    """The 64-byte public key a node registered with, or None for a node the registry does not know."""
+    node = ledger_access.require_ledger().nodes.get_node(address)
+    return bytes(node.pubkey) if node.status != _NODE_STATUS_NONE and node.pubkey else None

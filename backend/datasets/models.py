@@ -67,11 +67,16 @@ class Grant(models.Model):
 
 
 class BudgetSpend(models.Model):
-    """Epsilon that one job spent on a dataset (one row per job; updated as rounds go)."""
+    """What one job spent on a dataset: its DP mechanism runs, composed by the RDP accountant.
+
+    The history (fl_node.privacy.PrivacyHistory JSON: [[noise_multiplier, sample_rate,
+    steps], ...]) is kept rather than an epsilon, because epsilons of separate runs
+    do not add up; histories compose exactly.
+    """
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="spends")
     job = models.CharField(max_length=80)
-    epsilon = models.FloatField()
+    history = models.TextField(default="[]")
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:

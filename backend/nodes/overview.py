@@ -13,7 +13,10 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from backend.nodes import ledger_access
 from backend.nodes.identity import NodeKeyError, node_account
+from backend.nodes.ledger_access import LEDGER_MISSING
+from backend.swarm.placement import overlay_address
 
 logger = logging.getLogger(__name__)
 
@@ -30,34 +33,40 @@ def identity() -> dict:
     return {"address": address, "overlay": _overlay(address), "identity_error": None}
 
 
-def _overlay(address: str) -> str | None:
-    try:
-        from backend.swarm.placement import overlay_address
-    except ImportError:
-        return None
+def _overlay(address: str) -> str:
     return "0x" + overlay_address(address).hex()
 
 
 def chain_status() -> dict:
     unavailable = {"available": False, "chain_id": None, "block": None, "indexed_block": None, "lag": None}
     try:
-        from backend.ledger.factory import get_client
-    except ImportError:
-        return unavailable | {"contracts": {}, "error": "the ledger is not available on this node"}
-    try:
-        status = get_client().status()
-    except Exception as exc:  # the ledger's errors and its client's set-up errors alike: show, don't fail
+        ledger = ledger_access.node_ledger()
+        if ledger is None:
+            return unavailable | {"contracts": {}, "error": LEDGER_MISSING}
+        block = ledger.client.block_number()
+        chain_id = ledger.client.chain_id
+    except Exception as exc:  # the ledger's errors and its set-up errors alike: show them, don't fail
         logger.warning("chain status unavailable: %r", exc)
         return unavailable | {"contracts": {}, "error": _describe(exc)}
+    indexed = indexed_block()
     return {
         "available": True,
-        "chain_id": status.chain_id,
-        "block": status.block,
-        "indexed_block": status.indexed_block,
-        "lag": max(status.block - status.indexed_block, 0) if status.indexed_block is not None else None,
-        "contracts": dict(status.contracts),
+        "chain_id": chain_id,
+        "block": block,
+        "indexed_block": indexed,
+        "lag": max(block - indexed, 0) if indexed is not None else None,
+        "contracts": dict(ledger.deployment.addresses),
         "error": None,
     }
+
+
+def indexed_block() -> int | None:
+    """The last block the ledger's event indexer has mirrored (None before the indexer exists)."""
+    try:
+        from backend.ledger.indexer import indexed_block as ledger_indexed_block
+    except ImportError:
+        return None
+    return ledger_indexed_block()
 
 
 def storage_status() -> dict:
@@ -108,27 +117,53 @@ def node_overview() -> dict:
 
 
 def peers() -> list[dict]:
-    """Other nodes registered on chain, with the swarm's view of their health."""
-    try:
-        from backend.ledger.factory import get_client
-    except ImportError:
+    """The other members of the NodeRegistry, with the swarm's view of whether they answer."""
+    ledger = ledger_access.node_ledger()
+    if ledger is None:
         return [_static_peer(url) for url in settings.DEFL_PEERS]
-    return [
-        {
-            "address": node.address,
-            "name": node.name,
-            "endpoint": node.endpoint,
-            "overlay": _overlay(node.address),
-            "healthy": None,
-            "last_seen": None,
-        }
-        for node in get_client().node_registry.members()
-    ]
+    me = identity()["address"]
+    up = _swarm_liveness()
+    result = []
+    for address in ledger.nodes.members():
+        if address == me:
+            continue
+        node = ledger.nodes.get_node(address)
+        result.append(
+            {
+                "address": address,
+                "name": node.name,
+                "endpoint": node.endpoint,
+                "overlay": "0x" + bytes(node.overlay).hex(),
+                "healthy": up.get(address.lower()),
+                "last_seen": None,
+            }
+        )
+    return result
+
+
+def _swarm_liveness() -> dict[str, bool]:
+    """address (lower-case) -> whether the swarm currently counts the peer as up."""
+    try:
+        from backend.swarm.factory import node_swarm
+
+        nodes = node_swarm().node_stat().nodes
+    except Exception as exc:  # health is a hint: unknown (None) when the store cannot say
+        logger.info("peer liveness unavailable: %r", exc)
+        return {}
+    return {str(n["address"]).lower(): bool(n["up"]) for n in nodes}
 
 
 def _static_peer(url: str) -> dict:
-    # Before the chain's registry is available, peers are only URLs from DEFL_PEERS.
-    return {"address": "", "name": "", "endpoint": url, "overlay": None, "healthy": None, "last_seen": None}
+    # Without the chain's registry, peers are only the DEFL_PEERS entries ("address@url" or a URL).
+    address, _, endpoint = url.rpartition("@")
+    return {
+        "address": address,
+        "name": "",
+        "endpoint": endpoint,
+        "overlay": None,
+        "healthy": None,
+        "last_seen": None,
+    }
 
 
 def recent_events(limit: int) -> list[dict]:

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from django.conf import settings
 from eth_keys import keys
 
-from backend.nodes.overview import _overlay
+from backend.nodes import ledger_access
+from backend.nodes.ledger_access import LEDGER_MISSING
+from backend.swarm.placement import overlay_address
+
+_NODE_STATUS_NONE = 0
 
 
 @dataclass(frozen=True)
 class NodeRegistration:
-    status: str  # "registered", "already registered", or "skipped"
+    status: str  # "registered", "already registered", or "skipped" (no ledger)
     detail: str
     tx_hash: str = ""
 
@@ -23,21 +27,22 @@ def public_key_bytes(account) -> bytes:
 
 
 def register_node_on_chain(account) -> NodeRegistration:
-    try:
-        from backend.ledger.factory import get_client
-    except ImportError:
-        return NodeRegistration(
-            "skipped", "the ledger is not available in this build; run `node init` again later"
-        )
-    client = get_client()
-    existing = client.node_registry.get_node(account.address)
-    if existing is not None:
-        return NodeRegistration("already registered", f"{account.address} is {existing.status} on chain")
-    overlay = _overlay(account.address)
-    receipt = client.node_registry.register_node(
-        name=settings.DEFL_NODE_NAME,
-        endpoint=settings.DEFL_NODE_ENDPOINT,
-        pubkey=public_key_bytes(account),
-        overlay=bytes.fromhex(overlay[2:]) if overlay else bytes(32),
+    """Apply to the NodeRegistry with this node's name, endpoint, public key and overlay address.
+
+    Idempotent: a node that already applied or is a member is left as it is. The
+    registry admits the deployer at once; other nodes wait for the members' votes.
+    """
+    ledger = ledger_access.node_ledger()
+    if ledger is None:
+        return NodeRegistration("skipped", f"{LEDGER_MISSING}; run `node init` again once it is")
+    existing = ledger.nodes.get_node(account.address)
+    if existing.status != _NODE_STATUS_NONE:
+        return NodeRegistration("already registered", f"status on chain: {existing.status.name.lower()}")
+    receipt = ledger.nodes.register_node(
+        settings.DEFL_NODE_NAME,
+        settings.DEFL_NODE_ENDPOINT,
+        public_key_bytes(account),
+        overlay_address(account.address),
     )
-    return NodeRegistration("registered", f"applied as {settings.DEFL_NODE_NAME!r}", receipt.tx_hash)
+    status = ledger.nodes.get_node(account.address).status
+    return NodeRegistration("registered", f"status on chain: {status.name.lower()}", receipt.tx_hash)

@@ -72,3 +72,60 @@ def viewer(make_client) -> APIClient:
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
+
+
+# ----------------------------------------------------------------------------- chain
+
+
+def _deployed_ledger():
+    """A fresh in-process chain with the contracts deployed by this node's key."""
+    from eth_account import Account
+
+    from backend.ledger.chains import ensure_funds, new_in_process_chain
+    from backend.ledger.client import ChainClient
+    from backend.ledger.deployment import Ledger, deploy_contracts
+
+    w3 = new_in_process_chain()
+    account = Account.from_key(TEST_NODE_KEY)
+    ensure_funds(w3, account.address)
+    client = ChainClient(w3, account)
+    return Ledger(client, deploy_contracts(client))
+
+
+def ledger_for(ledger, account):
+    from backend.ledger.chains import ensure_funds
+    from backend.ledger.client import ChainClient
+
+    ensure_funds(ledger.client.w3, account.address)
+    return ledger.for_account(ChainClient(ledger.client.w3, account))
+
+
+@pytest.fixture(scope="module")
+def consortium():
+    """This node and a second node (the grantee of the grant tests), both admitted members."""
+    from backend.ledger.devnet import bootstrap_consortium, dev_account
+
+    ledger = _deployed_ledger()
+    grantee = dev_account(1, seed="defl-backend-tests")
+    other = ledger_for(ledger, grantee)
+    bootstrap_consortium([ledger, other], ["http://127.0.0.1:8000", "http://127.0.0.1:8001"])
+    return {"ledger": ledger, "grantee": grantee, "grantee_ledger": other}
+
+
+@pytest.fixture
+def on_chain(consortium, monkeypatch):
+    """Route this node's ledger access to the consortium's in-process chain."""
+    from backend.nodes import ledger_access
+
+    monkeypatch.setattr(ledger_access, "node_ledger", lambda: consortium["ledger"])
+    return consortium
+
+
+@pytest.fixture
+def empty_chain(monkeypatch):
+    """Contracts deployed, nobody registered yet (for ``node init``)."""
+    from backend.nodes import ledger_access
+
+    ledger = _deployed_ledger()
+    monkeypatch.setattr(ledger_access, "node_ledger", lambda: ledger)
+    return ledger

@@ -1,0 +1,30 @@
+"""The one place where the nodes, datasets and serving apps get this node's ``Ledger``.
+
+The ledger builds its facade (client + deployed contracts) from the settings in its
+own factory; until that factory exists in a build, ``node_ledger()`` returns None
+and callers skip or degrade their chain steps with a clear message. Tests replace
+this function to run against an in-process chain.
+"""
+
+from __future__ import annotations
+
+LEDGER_MISSING = "the ledger is not available on this node"
+
+
+class LedgerMissing(RuntimeError):
+    """This build has no ledger factory; chain steps are skipped where that is allowed."""
+
+
+def node_ledger():
+    try:
+        from backend.ledger.factory import node_ledger as build
+    except ImportError:
+        return None
+    return build()
+
+
+def require_ledger():
+    ledger = node_ledger()
+    if ledger is None:
+        raise LedgerMissing(LEDGER_MISSING)
+    return ledger

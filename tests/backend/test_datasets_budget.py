@@ -1,0 +1,50 @@
+"""Privacy budget: RDP-composed spend per dataset, per-job figures, refusal past the cap."""
+
+from __future__ import annotations
+
+import pytest
+from dataset_files import form, good_npz
+
+from backend.api.errors import BudgetExceeded
+from backend.datasets.budget import budget_summary, charge_budget
+from backend.datasets.models import Dataset
+
+pytestmark = pytest.mark.django_db
+
+RUN = {"noise_multiplier": 1.1, "sample_rate": 0.01, "steps": 200}
+
+
+def _dataset(client, epsilon_cap: float) -> Dataset:
+    assert client.post("/api/datasets", form(good_npz(), "npz", epsilon_cap=epsilon_cap)).status_code == 201
+    return Dataset.objects.get()
+
+
+def test_spend_is_composed_across_jobs_and_shown_per_job(provider):
+    dataset = _dataset(provider, epsilon_cap=10.0)
+    after_first = charge_budget(dataset, "1", **RUN)
+    after_second = charge_budget(dataset, "2", **RUN)
+    summary = budget_summary(dataset)
+    assert summary["epsilon_spent"] == pytest.approx(after_second)
+    per_job = {row["job"]: row["epsilon"] for row in summary["spent_by_jobs"]}
+    assert per_job["1"] == pytest.approx(after_first)
+    # RDP composition: two jobs together cost less than the sum of their epsilons.
+    assert after_first < after_second < 2 * after_first
+    assert summary["epsilon_left"] == pytest.approx(10.0 - after_second)
+    assert provider.get(f"/api/datasets/{dataset.pk}").json()["budget"]["epsilon_spent"] == pytest.approx(
+        after_second
+    )
+
+
+def test_charge_past_the_cap_is_refused_and_records_nothing(provider):
+    dataset = _dataset(provider, epsilon_cap=0.5)
+    with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):
+        charge_budget(dataset, "7", **RUN)
+    assert budget_summary(dataset)["epsilon_spent"] == 0.0
+    assert not dataset.spends.exists()
+
+
+def test_spend_on_a_registered_dataset_is_recorded_on_chain(provider, on_chain):
+    dataset = _dataset(provider, epsilon_cap=10.0)
+    epsilon = charge_budget(dataset, "3", **RUN)
+    micro = on_chain["ledger"].data.privacy_spent_by_job(int(dataset.onchain_id), 3)
+    assert micro == pytest.approx(epsilon * 1_000_000, abs=1)
