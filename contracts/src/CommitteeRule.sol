@@ -19,24 +19,25 @@ library CommitteeRule {
         address[] nextCommittee;
     }
 
-    function median(uint256 packed) internal pure returns (uint16) {
-        uint256[MAX_SEATS] memory values;
+    /// @notice Median of the scores in `packed` over the first `seats` seats; `buffer` is scratch
+    /// space of at least `seats` words (reused, so that no call allocates memory).
+    function median(uint256 packed, uint256 seats, uint256[] memory buffer) internal pure returns (uint16) {
         uint256 n;
-        for (uint256 seat; seat < MAX_SEATS; ++seat) {
+        for (uint256 seat; seat < seats; ++seat) {
             uint256 v = (packed >> (16 * seat)) & 0xffff;
             if (v == 0) continue;
             v -= 1;
             uint256 j = n;
-            while (j > 0 && values[j - 1] > v) {
-                values[j] = values[j - 1];
+            while (j > 0 && buffer[j - 1] > v) {
+                buffer[j] = buffer[j - 1];
                 --j;
             }
-            values[j] = v;
+            buffer[j] = v;
             ++n;
         }
         if (n == 0) return 0;
-        if (n % 2 == 1) return uint16(values[n / 2]);
-        return uint16((values[n / 2 - 1] + values[n / 2]) / 2);
+        if (n % 2 == 1) return uint16(buffer[n / 2]);
+        return uint16((buffer[n / 2 - 1] + buffer[n / 2]) / 2);
     }
 
     function decide(
@@ -49,9 +50,11 @@ library CommitteeRule {
         uint256 n = trainers.length;
         out.ranking = new address[](n);
         out.medians = new uint16[](n);
+        uint256 scoreSeats = committeeSize < MAX_SEATS ? committeeSize : MAX_SEATS;
+        uint256[] memory buffer = new uint256[](scoreSeats);
         for (uint256 i; i < n; ++i) {
             address t = trainers[i];
-            uint16 m = median(packedScores[i]);
+            uint16 m = median(packedScores[i], scoreSeats, buffer);
             uint256 j = i;
             while (j > 0 && _before(t, m, out.ranking[j - 1], out.medians[j - 1])) {
                 out.ranking[j] = out.ranking[j - 1];

@@ -1,0 +1,113 @@
+"""The contract's committee rule equals fl_node.committee.decide_round, bit for bit.
+
+Hundreds of drawn rounds go through CommitteeRuleHarness (the same library the contract runs)
+with eth_call; a few drawn rounds go through submitUpdate / submitScores / finalizeRound.
+"""
+
+from __future__ import annotations
+
+from eth_utils import to_checksum_address
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backend.ledger.contracts import pack_scores
+from fl_node.committee import MAX_SCORE, decide_round
+
+# Few distinct values make ties (equal medians, even-count midpoints) frequent.
+SCORES = st.one_of(st.sampled_from([0, 1, 2, 5000, 5001, 9999, MAX_SCORE]), st.integers(0, MAX_SCORE))
+
+
+@st.composite
+def rounds(draw):
+    # mostly small rounds (py-evm runs ~100k opcodes/s), sometimes the full 16 seats
+    committee_size = draw(st.one_of(st.integers(1, 5), st.integers(1, 16)))
+    n_trainers = draw(st.one_of(st.integers(0, 8), st.integers(0, 20)))
+    ids = draw(
+        st.lists(
+            st.integers(1, 2**160 - 1),
+            min_size=n_trainers + committee_size,
+            max_size=n_trainers + committee_size,
+            unique=True,
+        )
+    )
+    addresses = [to_checksum_address(f"0x{i:040x}") for i in ids]
+    trainers, committee = addresses[:n_trainers], addresses[n_trainers:]
+    scores = {}
+    for member in committee:
+        if draw(st.booleans()) and draw(st.booleans()):
+            continue  # this member never submitted
+        chosen = draw(st.lists(st.sampled_from(trainers), unique=True)) if trainers else []
+        if draw(st.booleans()):
+            chosen = trainers  # scored every update
+        scores[member] = {t: draw(SCORES) for t in chosen}
+    top_k = draw(st.integers(1, 26))
+    return trainers, committee, scores, top_k
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds())
+def test_rule_harness_equals_reference(federation_base, drawn):
+    trainers, committee, scores, top_k = drawn
+    expected = decide_round(
+        trainers, scores, top_k=top_k, committee_size=len(committee), current_committee=committee
+    )
+    packed = [
+        pack_scores({seat: scores[m][t] for seat, m in enumerate(committee) if t in scores.get(m, {})})
+        for t in trainers
+    ]
+    got = federation_base.rule.decide(trainers, packed, top_k, len(committee), committee)
+    assert got.ranking == expected.ranking
+    assert got.medians == [expected.medians[t] for t in expected.ranking]
+    assert got.accepted == expected.accepted
+    assert got.next_committee == expected.next_committee
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    committee_size=st.integers(1, 3),
+    trainers=st.integers(1, 5),
+    top_k=st.integers(1, 4),
+    data=st.data(),
+)
+def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, data):
+    tester = fed.tester
+    snapshot = tester.take_snapshot()
+    try:
+        participants = committee_size + trainers
+        job, committee, trainer_ids = fed.running_job(
+            participants=participants, committee_size=committee_size, top_k=top_k, min_trainers=1
+        )
+        submitted = [t for t in trainer_ids if data.draw(st.booleans(), label=f"submits {t}")] or trainer_ids[
+            :1
+        ]
+        for t in submitted:
+            fed.member(t).fl.submit_update(job, 1, bytes([t]) * 32, bytes([t + 1]) * 32, 10)
+        fed.advance(601)  # close training so that scoring opens even with missing updates
+        scores = {}
+        for m in committee:
+            if data.draw(st.booleans(), label=f"member {m} silent"):
+                continue
+            given_scores = {fed.address(t): data.draw(SCORES, label=f"{m}->{t}") for t in submitted}
+            fed.member(m).fl.submit_scores(job, 1, given_scores)
+            scores[fed.address(m)] = given_scores
+        if len(scores) < committee_size:
+            fed.advance(601)
+        outcome = fed.member(11).fl.finalize_round(job, 1).event("RoundFinalized").args
+        expected = decide_round(
+            [fed.address(t) for t in submitted],
+            scores,
+            top_k=top_k,
+            committee_size=committee_size,
+            current_committee=[fed.address(m) for m in committee],
+        )
+        assert outcome["accepted"] == expected.accepted
+        assert outcome["nextCommittee"] == expected.next_committee
+        assert outcome["medians"] == [expected.medians[t] for t in expected.ranking]
+    finally:
+        tester.revert_to_snapshot(snapshot)
+        for ledger in fed.ledgers:
+            ledger.client.nonces.reset()
