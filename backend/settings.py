@@ -121,6 +121,11 @@ DEFL_KEYSTORE_PATH = env("DEFL_KEYSTORE_PATH", str(DATA_DIR / "keystore.json"))
 DEFL_KEYSTORE_PASSWORD = env("DEFL_KEYSTORE_PASSWORD", "")
 DEFL_CONTRACTS_FILE = env("DEFL_CONTRACTS_FILE", str(DATA_DIR / "contracts.json"))
 DEFL_CONFIRMATIONS = env_int("DEFL_CONFIRMATIONS", 0)
+# Lock files that keep the nonces of this node's processes apart; the admission vote threshold
+# (percent of members) used by `manage.py ledger deploy`; the indexer's polling interval.
+DEFL_LEDGER_LOCK_DIR = env("DEFL_LEDGER_LOCK_DIR", str(DATA_DIR / "locks"))
+DEFL_ADMISSION_THRESHOLD_PCT = env_int("DEFL_ADMISSION_THRESHOLD_PCT", 51)
+DEFL_INDEXER_INTERVAL = float(env("DEFL_INDEXER_INTERVAL", "2.0"))
 
 # --- Swarm store: this node's chunk directory and replication ---
 DEFL_CHUNK_DIR = env("DEFL_CHUNK_DIR", str(DATA_DIR / "chunks"))

@@ -1,0 +1,113 @@
+"""The event indexer: typed tables from events, resume after restart, idempotent replay, confirmations."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.ledger import models
+from backend.ledger.indexer import EventIndexer
+from backend.ledger.resources import JobSpec
+
+REF, HASH, MODEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
+
+
+def _run_one_round_job(ledgers) -> int:
+    """5 members: datasets, a grant, a 1-round job with committee 2 and trainers 2, 3, 4."""
+    for i, ledger in enumerate(ledgers):
+        ledger.data.register_dataset(bytes([i + 1]) * 32, bytes([i + 9]) * 32, b"\x05" * 32, 50, 5_000_000)
+    ledgers[0].data.grant(1, ledgers[1].client.address, b"\xaa" * 113)
+    ledgers[0].data.revoke(1, ledgers[1].client.address)
+    ledgers[0].data.spend_privacy(1, 1, 1_250_000)
+    w3 = ledgers[0].client.w3
+    spec = JobSpec(
+        b"\x01" * 32, REF, HASH, 1, 2, 2, 2, w3.eth.get_block("latest")["timestamp"] + 3600, 600, 600
+    )
+    fl = [ledger.fl for ledger in ledgers]
+    job = fl[0].propose_job(spec)
+    for i in range(5):
+        fl[i].join(job, i + 1)
+    fl[0].start_job(job, [ledgers[0].client.address, ledgers[1].client.address])
+    for i in (2, 3, 4):
+        fl[i].submit_update(job, 1, bytes([i]) * 64, bytes([i]) * 32, 10 * i)
+    addr = [ledger.client.address for ledger in ledgers]
+    fl[0].submit_scores(job, 1, {addr[2]: 9000, addr[3]: 7000, addr[4]: 0})
+    fl[1].submit_scores(job, 1, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0})
+    outcome = fl[4].finalize_round(job, 1).event("RoundFinalized").args
+    elected = [addr.index(a) for a in outcome["nextCommittee"]]
+    fl[elected[0]].propose_global_model(job, 1, b"\x44" * 64, MODEL)
+    fl[elected[1]].confirm_global_model(job, 1, MODEL)
+    return job
+
+
+@pytest.fixture(scope="module")
+def finished_job(federation):
+    return _run_one_round_job(federation)
+
+
+def _indexer(ledgers, **kw) -> EventIndexer:
+    return EventIndexer(ledgers[0].client, ledgers[0].deployment, **kw)
+
+
+@pytest.mark.django_db
+def test_indexer_builds_typed_tables(federation, finished_job):
+    result = _indexer(federation).sync()
+    assert result.new_events == result.events > 30
+    assert models.Node.objects.filter(status="member").count() == 5
+    job = models.Job.objects.get(job_id=finished_job)
+    assert job.status == "finished" and job.model_hash == "0x" + "33" * 32
+    assert job.participants.count() == 5
+    round_ = models.Round.objects.get(job=job, number=1)
+    assert round_.status == "done" and round_.base_model_hash == "0x" + "22" * 32
+    addr = [ledger.client.address for ledger in federation]
+    assert list(models.AcceptedUpdate.objects.filter(job=job).values_list("trainer", flat=True)) == [
+        addr[2],
+        addr[3],
+    ]
+    update = models.Update.objects.get(job=job, trainer=addr[2])
+    assert (update.median, update.rank, update.accepted, update.reference) == (
+        8500,
+        0,
+        True,
+        "0x" + "02" * 64,
+    )
+    assert models.Update.objects.get(job=job, trainer=addr[4]).accepted is False
+    assert models.Score.objects.filter(job=job).count() == 6
+    seats = models.CommitteeSeat.objects.filter(job=job, round=1).order_by("seat")
+    assert [s.member for s in seats] == addr[:2]
+    assert [s.member for s in models.CommitteeSeat.objects.filter(job=job, round=2).order_by("seat")] == [
+        addr[2],
+        addr[3],
+    ]
+    model = models.GlobalModel.objects.get(job=job, round=1)
+    assert model.reference == "0x" + "44" * 64
+    assert models.GlobalModelProposal.objects.get(job=job).votes == 2
+    grant = models.Grant.objects.get(dataset__dataset_id=1)
+    assert grant.active is False and grant.wrapped_key == "0x" + "aa" * 113
+    assert models.Dataset.objects.get(dataset_id=1).privacy_spent == 1_250_000
+    assert models.PrivacySpend.objects.get(dataset__dataset_id=1, job_id=1).spent == 1_250_000
+    assert models.ChainEvent.objects.filter(name="UpdateSubmitted").count() == 3
+
+
+@pytest.mark.django_db
+def test_replay_is_idempotent_and_restart_resumes(federation, finished_job):
+    first = _indexer(federation).sync()
+    counts = {m: m.objects.count() for m in (models.ChainEvent, models.Score, models.Update, models.Node)}
+    models.IndexerCursor.objects.all().delete()  # forget the position: everything is replayed
+    replay = _indexer(federation).sync()
+    assert replay.events == first.events and replay.new_events == 0
+    assert {m: m.objects.count() for m in counts} == counts
+    # a new indexer (a restarted process) resumes after the last block
+    federation[2].nodes.update_endpoint("http://moved.test")
+    resumed = _indexer(federation).sync()
+    assert resumed.from_block == replay.to_block + 1 and resumed.new_events == 1
+    assert models.Node.objects.get(address=federation[2].client.address).endpoint == "http://moved.test"
+
+
+@pytest.mark.django_db
+def test_confirmations_hold_back_recent_blocks(federation, finished_job):
+    head = federation[0].client.block_number()
+    result = _indexer(federation, confirmations=3).sync()
+    assert result.to_block == head - 3
+    assert models.IndexerCursor.objects.get().last_block == head - 3
+    federation[0].client.w3.provider.ethereum_tester.mine_blocks(3)
+    assert _indexer(federation, confirmations=3).sync().to_block == head
