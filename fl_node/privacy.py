@@ -29,7 +29,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import torch
 from opacus.accountants.analysis import rdp as rdp_analysis
@@ -188,26 +188,52 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float, 
 
 @dataclass(frozen=True)
 class PrivacySpent:
-    """Privacy of a history (a job so far): both accountants and the mechanism's parameters."""
+    """Privacy of a history snapshot (a job so far) under both accountants.
 
-    epsilon_rdp: float
-    epsilon_prv: float
+    The epsilons are computed on first access: RDP takes milliseconds, PRV up
+    to a second or two, which a simulation of many rounds should not pay unasked.
+    """
+
+    history: tuple[tuple[float, float, int], ...]
     delta: float
-    noise_multiplier: float
-    sample_rate: float
-    steps: int
 
     @classmethod
     def of(cls, history: PrivacyHistory, *, delta: float) -> PrivacySpent:
-        last = history.entries[-1] if history.entries else HistoryEntry(0.0, 0.0, 0)
-        return cls(
-            epsilon_rdp=rdp_epsilon(history, delta=delta),
-            epsilon_prv=prv_epsilon(history, delta=delta),
-            delta=delta,
-            noise_multiplier=last.noise_multiplier,
-            sample_rate=last.sample_rate,
-            steps=history.total_steps,
-        )
+        return cls(history=tuple(history.as_tuples()), delta=delta)
+
+    def _history(self) -> PrivacyHistory:
+        return PrivacyHistory([HistoryEntry(*entry) for entry in self.history])
+
+    @cached_property
+    def epsilon_rdp(self) -> float:
+        return rdp_epsilon(self._history(), delta=self.delta)
+
+    @cached_property
+    def epsilon_prv(self) -> float:
+        return prv_epsilon(self._history(), delta=self.delta)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.history[-1][0] if self.history else 0.0
+
+    @property
+    def sample_rate(self) -> float:
+        return self.history[-1][1] if self.history else 0.0
+
+    @property
+    def steps(self) -> int:
+        return sum(entry[2] for entry in self.history)
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON-ready figures, both accountants included."""
+        return {
+            "epsilon_rdp": self.epsilon_rdp,
+            "epsilon_prv": self.epsilon_prv,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "steps": self.steps,
+        }
 
 
 # ---------------------------------------------------------------- per-dataset budget

@@ -143,3 +143,14 @@ def test_update_mechanism_validates_and_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mech.check_participation(participants=3, expected=3)
+
+
+def test_privacy_spent_snapshot_is_json_ready():
+    from fl_node.privacy import PrivacySpent
+
+    history = _history()
+    spent = PrivacySpent.of(history, delta=1e-5)
+    history.record(noise_multiplier=3.0, sample_rate=0.5, steps=5)  # the snapshot does not move
+    figures = json.loads(json.dumps(spent.as_dict()))
+    assert figures["steps"] == 80 and figures["noise_multiplier"] == 0.9 and figures["sample_rate"] == 0.05
+    assert figures["epsilon_prv"] <= figures["epsilon_rdp"] == pytest.approx(epsilon(_history(), delta=1e-5))
