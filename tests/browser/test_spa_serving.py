@@ -1,0 +1,56 @@
+"""The node serves the dashboard: index.html for / and client routes, the API and admin untouched."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import override_settings
+
+from tests.browser.conftest import FRONTEND
+
+pytestmark = pytest.mark.xdist_group("browser")
+
+
+@pytest.fixture
+def built_dist(tmp_path):
+    (tmp_path / "index.html").write_text(
+        "<!doctype html><div id=app></div><script src=/static/assets/index-abcdEF12.js></script>"
+    )
+    with override_settings(DEFL_FRONTEND_DIST=tmp_path):
+        yield tmp_path
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs/3", "/datasets", "/login?redirect=/models"])
+def test_client_routes_get_the_spa_shell(client, built_dist, path):
+    response = client.get(path)
+    assert response.status_code == 200
+    assert b"<div id=app>" in response.content
+    assert response["Content-Type"].startswith("text/html")
+    assert response["Cache-Control"] == "no-cache"
+
+
+@pytest.mark.parametrize("path", ["/api/does-not-exist", "/static/nothing.js"])
+def test_api_and_static_paths_are_not_swallowed_by_the_spa(client, built_dist, path):
+    assert client.get(path).status_code == 404
+
+
+def test_writes_to_the_spa_are_refused(client, built_dist):
+    assert client.post("/jobs/3").status_code == 405
+
+
+def test_an_unbuilt_dashboard_says_how_to_build_it(client, tmp_path):
+    with override_settings(DEFL_FRONTEND_DIST=tmp_path / "missing"):
+        response = client.get("/")
+    assert response.status_code == 503
+    assert b"npm --prefix frontend run build" in response.content
+
+
+@pytest.mark.skipif(not (FRONTEND / "dist" / "index.html").exists(), reason="dashboard not built")
+def test_the_real_build_references_only_assets_that_exist():
+    html = (FRONTEND / "dist" / "index.html").read_text()
+
+    assets = re.findall(r'(?:src|href)="/static/(assets/[^"]+)"', html)
+    assert assets, "index.html references no assets under /static/"
+    for asset in assets:
+        assert (FRONTEND / "dist" / asset).is_file(), asset
