@@ -1,0 +1,100 @@
+"""Attackers for simulations and tests: how a malicious trainer corrupts its data or update.
+
+A spec is ``NAME:FRACTION`` (``label_flip:0.2``): that fraction of the nodes attack.
+
+* ``label_flip`` -- trains honestly on labels mapped ``y -> C - 1 - y`` (data poisoning,
+  Tolpegin et al. 2020, "Data Poisoning Attacks Against Federated Learning Systems").
+* ``sign_flip`` -- sends the negated, amplified update (Damaskinos et al. 2018).
+* ``gaussian`` -- sends noise of the honest update's scale instead of the update.
+* ``free_rider`` -- sends a zero update without training (Lin et al. 2019,
+  "Free-riders in Federated Learning").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fl_node.data import ArrayDataset
+
+Update = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    poison_data: Callable[[ArrayDataset, int], ArrayDataset] | None = None
+    poison_update: Callable[[Update, torch.Generator], Update] | None = None
+    trains: bool = True
+
+
+_ATTACKS: dict[str, Attack] = {}
+
+
+def register_attack(attack: Attack) -> Attack:
+    _ATTACKS[attack.name] = attack
+    return attack
+
+
+def _flip_labels(data: ArrayDataset, num_classes: int) -> ArrayDataset:
+    return ArrayDataset(data.x, (num_classes - 1 - data.y).astype(data.y.dtype))
+
+
+def _sign_flip(update: Update, _generator: torch.Generator) -> Update:
+    return {k: -4.0 * v if v.is_floating_point() else v for k, v in update.items()}
+
+
+def _gaussian(update: Update, generator: torch.Generator) -> Update:
+    noised = {}
+    for k, v in update.items():
+        if v.is_floating_point():
+            scale = float(v.std()) if v.numel() > 1 else 1.0
+            noised[k] = torch.randn(v.shape, generator=generator) * max(scale, 1e-3) * 10
+        else:
+            noised[k] = v
+    return noised
+
+
+def _zero(update: Update, _generator: torch.Generator) -> Update:
+    return {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in update.items()}
+
+
+register_attack(Attack("label_flip", poison_data=_flip_labels))
+register_attack(Attack("sign_flip", poison_update=_sign_flip))
+register_attack(Attack("gaussian", poison_update=_gaussian))
+register_attack(Attack("free_rider", poison_update=_zero, trains=False))
+
+
+def available_attacks() -> list[str]:
+    return sorted(_ATTACKS)
+
+
+def get_attack(name: str) -> Attack:
+    try:
+        return _ATTACKS[name]
+    except KeyError:
+        raise ValueError(f"unknown attack {name!r}; choose one of {', '.join(available_attacks())}") from None
+
+
+def parse_attack_spec(spec: str | None) -> tuple[Attack | None, float]:
+    """``"label_flip:0.2"`` -> (the attack, 0.2); ``None`` or ``"none"`` -> (None, 0)."""
+    if not spec or spec == "none":
+        return None, 0.0
+    name, _, fraction_text = spec.partition(":")
+    try:
+        fraction = float(fraction_text) if fraction_text else 0.2
+    except ValueError:
+        raise ValueError(f"attack fraction in {spec!r} is not a number") from None
+    if not 0.0 <= fraction < 0.5:
+        raise ValueError(f"attack fraction must be in [0, 0.5): a majority of attackers wins, got {fraction}")
+    return get_attack(name), fraction
+
+
+def choose_attackers(num_nodes: int, fraction: float, *, seed: int) -> set[int]:
+    """Indices of the attacking nodes: round(fraction * n), at least one when fraction > 0."""
+    count = max(1, round(fraction * num_nodes)) if fraction > 0 else 0
+    rng = np.random.default_rng(seed + 7919)
+    return set(rng.choice(num_nodes, size=count, replace=False).tolist())

@@ -1,0 +1,331 @@
+"""An in-process federation running DeFL's round protocol, for experiments, tests and benchmarks.
+
+Each round follows ../shared/DESIGN.md without the chain and the swarm store: the
+trainers (nodes not on the committee) train locally (DP-SGD by default), encode
+their updates with the codec, the committee members score every update on their
+own validation data, :func:`fl_node.committee.decide_round` (the rule the contract
+runs) accepts the best ``top_k`` and elects the next committee, and the accepted
+updates are aggregated deterministically into the next global model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
+from fl_node.codec import content_hash, decode_update, encode_update, update_spec
+from fl_node.committee import decide_round
+from fl_node.data import ArrayDataset, DatasetSplits, load_dataset
+from fl_node.models import create_model
+from fl_node.partition import partition
+from fl_node.privacy import PrivacyHistory, UpdateGaussianMechanism, calibrate_noise, prv_epsilon, rdp_epsilon
+from fl_node.score import score_update_int
+from fl_node.train import TrainConfig, evaluate, train_local
+
+DP_MODES = ("sgd", "update")
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    dataset: str = "mnist"
+    nodes: int = 5
+    partition: str = "dirichlet:0.5"
+    rounds: int = 20
+    model: str = "mlp"
+    epsilon: float | None = None  # target for the whole job per dataset; None trains without DP
+    delta: float = 1e-5
+    dp_mode: str = "sgd"  # "sgd": DP-SGD per example; "update": clip + noise each whole update
+    committee: int = 2
+    top_k: int | None = None  # default: every trainer but one
+    strategy: str = "fedavg"
+    attack: str | None = None  # "label_flip:0.2"
+    local_epochs: int = 1
+    batch_size: int = 64
+    lr: float = 0.5
+    momentum: float = 0.5
+    max_grad_norm: float = 1.0
+    proximal_mu: float = 0.0
+    update_clip_norm: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.nodes < 2:
+            raise ValueError(f"a federation needs at least 2 nodes, got {self.nodes}")
+        if not 1 <= self.committee < self.nodes:
+            raise ValueError(
+                f"committee must be between 1 and nodes - 1 ({self.nodes - 1}), got {self.committee}"
+            )
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {self.rounds}")
+        if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"epsilon must be a positive number, got {self.epsilon}")
+        if self.dp_mode not in DP_MODES:
+            raise ValueError(f"dp_mode must be one of {DP_MODES}, got {self.dp_mode!r}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        parse_attack_spec(self.attack)  # validates early
+        get_strategy(self.strategy)
+
+    @property
+    def trainers_per_round(self) -> int:
+        return self.nodes - self.committee
+
+    @property
+    def effective_top_k(self) -> int:
+        return self.top_k or max(1, self.trainers_per_round - 1)
+
+
+@dataclass
+class Participant:
+    index: int
+    address: str
+    train: ArrayDataset
+    val: ArrayDataset
+    attack: Attack | None = None
+    history: PrivacyHistory = field(default_factory=PrivacyHistory)
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    trainer: int
+    attacker: bool
+    median: int
+    accepted: bool
+    num_samples: int
+    content_hash: str
+    encoded_bytes: int
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round: int
+    committee: list[int]
+    updates: list[UpdateRecord]
+    test_accuracy: float
+    test_loss: float
+    epsilon_rdp: float  # the largest spent by any dataset so far in this job
+    epsilon_prv: float
+    seconds: float
+
+    @property
+    def attackers_rejected(self) -> bool:
+        return all(not u.accepted for u in self.updates if u.attacker)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    config: SimulationConfig
+    rounds: list[RoundRecord]
+    attackers: list[int]
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.rounds[-1].test_accuracy
+
+    def to_dict(self) -> dict:
+        rounds = [asdict(r) | {"attackers_rejected": r.attackers_rejected} for r in self.rounds]
+        with_attack = [r for r in self.rounds if any(u.attacker for u in r.updates)]
+        rejected = sum(r.attackers_rejected for r in with_attack)
+        return {
+            "config": asdict(self.config),
+            "attackers": self.attackers,
+            "final_accuracy": self.final_accuracy,
+            "final_epsilon_rdp": self.rounds[-1].epsilon_rdp,
+            "final_epsilon_prv": self.rounds[-1].epsilon_prv,
+            "attack_rejected_rounds": rejected,
+            "attack_rounds": len(with_attack),
+            "rounds": rounds,
+        }
+
+
+def node_address(seed: int, index: int) -> str:
+    """A stable stand-in for a node's chain address."""
+    return "0x" + hashlib.sha256(f"defl-sim:{seed}:{index}".encode()).hexdigest()[:40]
+
+
+def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[Participant]:
+    attack, fraction = parse_attack_spec(config.attack)
+    attackers = choose_attackers(config.nodes, fraction, seed=config.seed)
+    train_parts = partition(splits.train.y, config.nodes, config.partition, seed=config.seed)
+    # Every organization holds a small labelled hold-out set of its own for committee scoring.
+    val_parts = partition(splits.val.y, config.nodes, "iid", seed=config.seed + 1)
+    return [
+        Participant(
+            index=i,
+            address=node_address(config.seed, i),
+            train=splits.train.subset(train_parts[i]),
+            val=splits.val.subset(val_parts[i]),
+            attack=attack if i in attackers else None,
+        )
+        for i in range(config.nodes)
+    ]
+
+
+def _train_config(config: SimulationConfig, seed: int) -> TrainConfig:
+    per_example_dp = config.epsilon is not None and config.dp_mode == "sgd"
+    return TrainConfig(
+        batch_size=config.batch_size,
+        epochs=config.local_epochs,
+        lr=config.lr,
+        momentum=config.momentum,
+        proximal_mu=config.proximal_mu,
+        target_epsilon=config.epsilon if per_example_dp else None,
+        delta=config.delta,
+        max_grad_norm=config.max_grad_norm,
+        rounds=config.rounds,
+        seed=seed,
+    )
+
+
+def _update_mechanism(config: SimulationConfig) -> UpdateGaussianMechanism | None:
+    if config.epsilon is None or config.dp_mode != "update":
+        return None
+    # A node releases at most one update per round; no amplification is claimed (fraction 1).
+    noise = calibrate_noise(
+        target_epsilon=config.epsilon, delta=config.delta, sample_rate=1.0, steps=config.rounds
+    )
+    return UpdateGaussianMechanism(
+        clip_norm=config.update_clip_norm, noise_multiplier=noise, sampling_fraction=1.0
+    )
+
+
+def _local_update(
+    config: SimulationConfig,
+    participant: Participant,
+    model: torch.nn.Module,
+    global_state: dict[str, torch.Tensor],
+    num_classes: int,
+    round_index: int,
+    mechanism: UpdateGaussianMechanism | None,
+) -> tuple[dict[str, torch.Tensor], int]:
+    seed = config.seed * 1_000_003 + round_index * 1009 + participant.index
+    attack = participant.attack
+    data = participant.train
+    if attack and attack.poison_data:
+        data = attack.poison_data(data, num_classes)
+    if attack and not attack.trains:
+        update = {k: torch.zeros_like(v) for k, v in global_state.items()}
+    else:
+        result = train_local(
+            model, global_state, data, _train_config(config, seed), privacy_history=participant.history
+        )
+        update = result.update
+    if mechanism is not None and not attack:
+        update = mechanism.privatize(update, generator=torch.Generator().manual_seed(seed))
+    if attack and attack.poison_update:
+        update = attack.poison_update(update, torch.Generator().manual_seed(seed))
+    return update, len(data)
+
+
+def run_simulation(
+    config: SimulationConfig, *, on_round: Callable[[RoundRecord], None] | None = None
+) -> SimulationResult:
+    import time
+
+    torch.manual_seed(config.seed)
+    splits = load_dataset(config.dataset, seed=config.seed)
+    participants = build_participants(config, splits)
+    by_address = {p.address: p for p in participants}
+    model = create_model(config.model, seed=config.seed, **splits.model_kwargs())
+    scratch = create_model(config.model, seed=config.seed, **splits.model_kwargs())
+    global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    spec = update_spec(global_state)
+    strategy = get_strategy(config.strategy)
+    server_state = None
+    mechanism = _update_mechanism(config)
+    committee = [p.address for p in participants[: config.committee]]
+    test_x, test_y = splits.test.tensors()
+    records: list[RoundRecord] = []
+    for round_index in range(config.rounds):
+        started = time.perf_counter()
+        trainers = [p for p in participants if p.address not in committee]
+        encoded: dict[str, tuple[bytes, int]] = {}
+        for trainer in trainers:
+            update, samples = _local_update(
+                config, trainer, model, global_state, splits.num_classes, round_index, mechanism
+            )
+            encoded[trainer.address] = (encode_update(update), samples)
+        scores = {}
+        for member_address in committee:
+            member = by_address[member_address]
+            vx, vy = member.val.tensors()
+            scores[member_address] = {
+                address: score_update_int(scratch, global_state, blob, vx, vy)
+                for address, (blob, _) in encoded.items()
+            }
+        outcome = decide_round(
+            [t.address for t in trainers],
+            scores,
+            top_k=config.effective_top_k,
+            committee_size=config.committee,
+            current_committee=committee,
+        )
+        accepted = [
+            WeightedUpdate(decode_update(encoded[a][0], spec), encoded[a][1], content_hash(encoded[a][0]))
+            for a in outcome.accepted
+        ]
+        if accepted:
+            global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
+        model.load_state_dict(global_state)
+        metrics = evaluate(model, test_x, test_y)
+        histories = [p.history for p in participants if len(p.history)]
+        record = RoundRecord(
+            round=round_index + 1,
+            committee=[by_address[a].index for a in committee],
+            updates=[
+                UpdateRecord(
+                    trainer=t.index,
+                    attacker=t.attack is not None,
+                    median=outcome.medians[t.address],
+                    accepted=t.address in outcome.accepted,
+                    num_samples=encoded[t.address][1],
+                    content_hash=content_hash(encoded[t.address][0]),
+                    encoded_bytes=len(encoded[t.address][0]),
+                )
+                for t in trainers
+            ],
+            test_accuracy=metrics["accuracy"],
+            test_loss=metrics["loss"],
+            epsilon_rdp=_job_epsilon(histories, mechanism, config, rdp_epsilon),
+            epsilon_prv=_job_epsilon(histories, mechanism, config, prv_epsilon),
+            seconds=time.perf_counter() - started,
+        )
+        records.append(record)
+        if on_round:
+            on_round(record)
+        committee = outcome.next_committee
+    attackers = sorted(p.index for p in participants if p.attack)
+    return SimulationResult(config=config, rounds=records, attackers=attackers)
+
+
+def _job_epsilon(histories, mechanism, config: SimulationConfig, accountant) -> float:
+    if config.epsilon is None:
+        return 0.0
+    if mechanism is not None:
+        return accountant(mechanism.history, delta=config.delta) if len(mechanism.history) else 0.0
+    return max((accountant(h, delta=config.delta) for h in histories), default=0.0)
+
+
+def centralized_baseline(
+    dataset: str,
+    *,
+    model: str = "mlp",
+    epsilon: float | None = None,
+    epochs: int = 30,
+    seed: int = 0,
+    **train,
+) -> float:
+    """Test accuracy of training on the pooled training data (the non-federated reference)."""
+    splits = load_dataset(dataset, seed=seed)
+    net = create_model(model, seed=seed, **splits.model_kwargs())
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    config = TrainConfig(epochs=epochs, target_epsilon=epsilon, rounds=1, seed=seed, **train)
+    train_local(net, state, splits.train, config)
+    test_x, test_y = splits.test.tensors()
+    return evaluate(net, test_x, test_y)["accuracy"]

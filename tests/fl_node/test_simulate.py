@@ -1,0 +1,103 @@
+"""The in-process federation learns, rejects a label-flipping minority, and its CLI behaves."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fl_node.simulate import SimulationConfig, run_simulation
+
+
+def test_three_node_federation_on_digits_learns_and_rejects_the_label_flipper():
+    config = SimulationConfig(
+        dataset="digits", nodes=3, committee=1, partition="iid", rounds=5, attack="label_flip:0.3", seed=1
+    )
+    result = run_simulation(config)
+    accuracies = [r.test_accuracy for r in result.rounds]
+    assert len(result.attackers) == 1
+    assert accuracies[-1] > 0.6, accuracies  # chance is 0.1
+    assert accuracies[-1] > accuracies[0] or accuracies[0] > 0.6
+    rejected = sum(r.attackers_rejected for r in result.rounds if any(u.attacker for u in r.updates))
+    attacked = sum(any(u.attacker for u in r.updates) for r in result.rounds)
+    assert attacked >= 4 and rejected >= attacked - 1, (rejected, attacked)
+
+
+def test_committee_rotates_and_never_scores_itself():
+    result = run_simulation(
+        SimulationConfig(dataset="digits", nodes=4, committee=1, rounds=3, partition="iid")
+    )
+    for record in result.rounds:
+        trainers = {u.trainer for u in record.updates}
+        assert trainers.isdisjoint(record.committee)
+    committees = [tuple(r.committee) for r in result.rounds]
+    assert committees[0] != committees[1] and committees[1] != committees[2]
+
+
+def test_dp_simulation_stays_within_its_target_epsilon():
+    config = SimulationConfig(dataset="digits", nodes=3, committee=1, rounds=2, epsilon=2.0, partition="iid")
+    result = run_simulation(config)
+    assert 0 < result.rounds[0].epsilon_rdp <= result.rounds[-1].epsilon_rdp <= 2.0 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--nodes", "1"], "at least 2 nodes"),
+        (["--attack", "poison:0.2"], "unknown attack"),
+        (["--strategy", "magic"], "unknown aggregation strategy"),
+        (["--partition", "nope"], ""),
+    ],
+)
+def test_cli_refuses_bad_arguments_with_exit_code_2(bad, message, tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fl_node",
+            "simulate",
+            "--dataset",
+            "digits",
+            "--rounds",
+            "1",
+            "--out",
+            str(tmp_path),
+            *bad,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "error" in proc.stderr and message in proc.stderr
+
+
+def test_cli_writes_json_result_and_plot(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fl_node",
+            "simulate",
+            "--dataset",
+            "digits",
+            "--nodes",
+            "3",
+            "--committee",
+            "1",
+            "--rounds",
+            "2",
+            "--partition",
+            "iid",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert len(result["rounds"]) == 2
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["final_accuracy"] == result["final_accuracy"]
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
