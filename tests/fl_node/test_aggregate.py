@@ -297,7 +297,7 @@ _AGGREGATE_IN_CHILD = """
 import sys
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 import hashlib, random, torch
-torch.set_num_threads(2)
+torch.set_num_threads({threads})
 from test_aggregate import make_global, make_updates, result_bytes, PARAMS
 from fl_node.aggregate import get_strategy
 updates = make_updates(count=7)
@@ -314,12 +314,14 @@ def test_aggregation_is_identical_across_processes():
             [
                 sys.executable,
                 "-c",
-                _AGGREGATE_IN_CHILD.format(repo=str(REPO), tests=str(Path(__file__).parent), seed=seed),
+                _AGGREGATE_IN_CHILD.format(
+                    repo=str(REPO), tests=str(Path(__file__).parent), seed=seed, threads=threads
+                ),
             ],
             stdout=subprocess.PIPE,
             text=True,
         )
-        for seed in (1, 2)
+        for seed, threads in ((1, 1), (2, 2))  # other arrival order, other thread count
     ]
     outputs = [child.communicate(timeout=120)[0] for child in children]
     assert all(child.returncode == 0 for child in children)
