@@ -165,31 +165,35 @@ class ChainClient:
     @property
     def chain_id(self) -> int:
         if self._chain_id is None:
-            self._chain_id = self._read(lambda: self.w3.eth.chain_id)
+            self._chain_id = self.read(lambda: self.w3.eth.chain_id)
         return self._chain_id
 
     @with_retries
-    def _read(self, fn: Callable[[], T]) -> T:
+    def read(self, fn: Callable[[], T]) -> T:
+        """Run one read-only RPC step (a callable) with retries and error translation."""
         return fn()
 
+    def client_version(self) -> str:
+        return self.read(lambda: self.w3.client_version)
+
     def block_number(self) -> int:
-        return self._read(lambda: self.w3.eth.block_number)
+        return self.read(lambda: self.w3.eth.block_number)
 
     def get_logs(self, addresses: list[str], from_block: int, to_block: int) -> list[Any]:
         query = {"address": addresses, "fromBlock": from_block, "toBlock": to_block}
-        return list(self._read(lambda: self.w3.eth.get_logs(query)))
+        return list(self.read(lambda: self.w3.eth.get_logs(query)))
 
     def has_code(self, address: str) -> bool:
-        return len(self._read(lambda: self.w3.eth.get_code(to_checksum_address(address)))) > 0
+        return len(self.read(lambda: self.w3.eth.get_code(to_checksum_address(address)))) > 0
 
     def balance(self, address: str | None = None) -> int:
-        return self._read(lambda: self.w3.eth.get_balance(to_checksum_address(address or self.address)))
+        return self.read(lambda: self.w3.eth.get_balance(to_checksum_address(address or self.address)))
 
     def call(self, call: ContractCall, *, block: int | str = "latest") -> tuple[Any, ...]:
         """eth_call from this account; a revert raises its typed ContractRevert."""
         tx = {"from": self.address, "to": call.to, "data": call.data}
         try:
-            raw = self._read(lambda: self.w3.eth.call(tx, block))
+            raw = self.read(lambda: self.w3.eth.call(tx, block))
         except (ContractLogicError, TesterTransactionFailed) as exc:
             raise revert_from(exc) from exc
         return decode_result(call, raw)
@@ -221,9 +225,9 @@ class ChainClient:
             if self.in_process:
                 # eth-tester estimates by bisection (many executions); one eth_call finds any
                 # revert, and the in-process chain's gas is free, so send with a fixed limit.
-                self._read(lambda: self.w3.eth.call(tx, "pending"))
+                self.read(lambda: self.w3.eth.call(tx, "pending"))
                 return IN_PROCESS_GAS
-            estimate = self._read(lambda: self.w3.eth.estimate_gas(tx))
+            estimate = self.read(lambda: self.w3.eth.estimate_gas(tx))
         except (ContractLogicError, TesterTransactionFailed) as exc:
             raise revert_from(exc) from exc
         except Web3RPCError as exc:
@@ -231,10 +235,10 @@ class ChainClient:
         return int(estimate * self.gas_margin) + 10_000
 
     def _pending_nonce(self) -> int:
-        return self._read(lambda: self.w3.eth.get_transaction_count(self.address, "pending"))
+        return self.read(lambda: self.w3.eth.get_transaction_count(self.address, "pending"))
 
     def _fees(self) -> dict[str, int]:
-        base = self._read(lambda: self.w3.eth.get_block("latest")).get("baseFeePerGas") or 0
+        base = self.read(lambda: self.w3.eth.get_block("latest")).get("baseFeePerGas") or 0
         return {"maxFeePerGas": 2 * base + self.priority_fee, "maxPriorityFeePerGas": self.priority_fee}
 
     def _send_raw(self, raw: bytes, tx_hash: str) -> str:
@@ -264,7 +268,7 @@ class ChainClient:
 
     def _known(self, tx_hash: str) -> bool:
         try:
-            self._read(lambda: self.w3.eth.get_transaction(tx_hash))
+            self.read(lambda: self.w3.eth.get_transaction(tx_hash))
         except TransactionNotFound:
             return False
         return True
@@ -273,7 +277,7 @@ class ChainClient:
         deadline = time.monotonic() + self.receipt_timeout
         while True:
             try:
-                raw = self._read(lambda: self.w3.eth.get_transaction_receipt(tx_hash))
+                raw = self.read(lambda: self.w3.eth.get_transaction_receipt(tx_hash))
                 return self._receipt(raw)
             except (TransactionNotFound, TimeExhausted):
                 if time.monotonic() > deadline:
@@ -298,7 +302,7 @@ class ChainClient:
         """Replay a mined-but-reverted transaction at its block to name the error."""
         tx = dict(fields, **{"from": self.address})
         try:
-            self._read(lambda: self.w3.eth.call(tx, receipt.block_number - 1))
+            self.read(lambda: self.w3.eth.call(tx, receipt.block_number - 1))
         except (ContractLogicError, TesterTransactionFailed) as exc:
             return revert_from(exc) or UnknownRevert(str(exc))
         return UnknownRevert(f"transaction {receipt.tx_hash} reverted (out of gas?)")

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from backend.nodes.identity import node_account
 
-from .chains import connect, ensure_funds, is_in_process
+from .chains import connect, ensure_funds
 from .client import ChainClient
 from .deployment import Ledger, deploy_contracts, deployment_is_live, load_deployment, save_deployment
 from .errors import LedgerConfigError
@@ -21,8 +21,8 @@ def build_client() -> ChainClient:
     account = node_account()
     lock_dir = Path(settings.DEFL_LEDGER_LOCK_DIR)
     client = ChainClient(w3, account, nonce_lock_path=lock_dir / f"nonce-{account.address}.lock")
-    if is_in_process(w3) or "anvil" in w3.client_version.lower():
-        ensure_funds(w3, account.address)  # development chains only
+    if client.in_process or "anvil" in client.client_version().lower():
+        client.read(lambda: ensure_funds(w3, account.address))  # development chains only
     return client
 
 
