@@ -116,7 +116,7 @@ class NodeProcess:
         command = [
             sys.executable, "-m", "gunicorn", "backend.wsgi",
             "-k", "gthread", "--threads", str(self.threads), "-b", f"127.0.0.1:{self.port}",
-            "--timeout", "300", "--graceful-timeout", "5", "--log-level", "warning",
+            "--timeout", "300", "--graceful-timeout", "3", "--log-level", "warning",
         ]  # fmt: skip
         self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.environ(), stdout=log, stderr=log)
         log.close()
@@ -168,12 +168,16 @@ class NodeProcess:
         self.stop()
 
 
-def prepare_nodes(nodes: Sequence[NodeProcess], **settings: str | int) -> None:
+def prepare_nodes(
+    nodes: Sequence[NodeProcess], *, users: Sequence[str] = (), **settings: str | int
+) -> dict[str, str]:
     """Give every node the same peer list and settings, and a migrated database.
 
     Settings are given without the DEFL_ prefix (``replication=3`` sets DEFL_REPLICATION).
     Migrating takes ~10 s, so the first node's fresh database is copied to the others:
-    the schema is the same and no migration writes node-specific rows.
+    the schema is the same and no migration writes node-specific rows. ``users`` are
+    created before the copy, so each has the same API token on every node; returns
+    {username: token}.
     """
     peers = ",".join(n.peer_entry for n in nodes)
     for node in nodes:
@@ -181,12 +185,16 @@ def prepare_nodes(nodes: Sequence[NodeProcess], **settings: str | int) -> None:
         for name, value in settings.items():
             node.extra_env.setdefault(f"DEFL_{name.upper()}", str(value))
     template = nodes[0].data_dir / "db.sqlite3"
+    tokens: dict[str, str] = {}
     if not template.exists():
         nodes[0].migrate()
+    for user in users:
+        tokens[user] = nodes[0].api_token(user)
     for node in nodes[1:]:
         target = node.data_dir / "db.sqlite3"
         if not target.exists():
             shutil.copyfile(template, target)
+    return tokens
 
 
 def start_all(nodes: Sequence[NodeProcess], *, wait_s: float = 60) -> None:
@@ -195,3 +203,12 @@ def start_all(nodes: Sequence[NodeProcess], *, wait_s: float = 60) -> None:
         node.start(wait=False)
     for node in nodes:
         node.wait_ready(wait_s)
+
+
+def stop_all(nodes: Sequence[NodeProcess], *, timeout_s: float = 10) -> None:
+    """Ask every node to stop at once, then wait for each (SIGKILL after ``timeout_s``)."""
+    for node in nodes:
+        if node.running and node.process is not None:
+            node.process.send_signal(signal.SIGTERM)
+    for node in nodes:
+        node.stop(timeout_s=timeout_s)

@@ -17,7 +17,7 @@ from requests.adapters import HTTPAdapter
 from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
 from backend.swarm.signing import RequestSigner
 from backend.swarm.store import ChunkStore
-from backend.swarm.wire import decode_addresses, decode_batch, encode_addresses, encode_batch
+from backend.swarm.wire import batch_digest, decode_addresses, decode_batch, encode_addresses, encode_batch
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -28,6 +28,10 @@ HAS_PATH = "/api/swarm/peer/has"
 
 
 class ChunkTransport(Protocol):
+    # True when fetch() returns only chunks already verified against their address
+    # (the local store verifies every read), so the caller need not hash them again.
+    verified_reads: bool
+
     def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
         """Store chunks on the node; return the addresses it acknowledged."""
         ...
@@ -58,6 +62,8 @@ def _translate_errors(func: Callable[P, R]) -> Callable[P, R]:
 class PeerClient:
     """Signed requests to one peer over a persistent session (keep-alive, pooled connections)."""
 
+    verified_reads = False  # never trust a peer's bytes: the caller verifies them
+
     def __init__(
         self, base_url: str, signer: RequestSigner, *, timeout_s: float = 30.0, connect_timeout_s: float = 3.0
     ) -> None:
@@ -71,8 +77,8 @@ class PeerClient:
         self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
         self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
 
-    def _post(self, path: str, body: bytes) -> requests.Response:
-        headers = self.signer.headers("POST", self._prefix + path, body)
+    def _post(self, path: str, body: bytes, digest: str | None = None) -> requests.Response:
+        headers = self.signer.headers("POST", self._prefix + path, body, digest=digest)
         headers["Content-Type"] = "application/octet-stream"
         response = self.session.post(self.base_url + path, data=body, headers=headers, timeout=self.timeout)
         response.raise_for_status()
@@ -80,7 +86,8 @@ class PeerClient:
 
     @_translate_errors
     def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
-        response = self._post(PUSH_PATH, encode_batch(chunks))
+        body = encode_batch(chunks)
+        response = self._post(PUSH_PATH, body, batch_digest(body))
         return set(decode_addresses(response.content))
 
     @_translate_errors
@@ -98,13 +105,20 @@ class PeerClient:
 
 
 class LocalTransport:
-    """This node's own store behind the same interface, so placement treats it like any node."""
+    """This node's own store behind the same interface, so placement treats it like any node.
+
+    Pushes are not re-hashed: they come from this process, whose pipeline just computed
+    the addresses (or from repair, which verified what it fetched). Reads are verified
+    by the store, which quarantines a corrupt file (so a good copy can be written back).
+    """
+
+    verified_reads = True
 
     def __init__(self, store: ChunkStore) -> None:
         self.store = store
 
     def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
-        return set(self.store.put_many(chunks))
+        return set(self.store.put_many(chunks, verify=False))
 
     def fetch(self, addresses: Sequence[bytes]) -> dict[bytes, bytes]:
         found = {}

@@ -8,10 +8,10 @@ from django.conf import settings
 
 from backend.nodes.identity import node_account
 from backend.swarm.api import Swarm
-from backend.swarm.client import LocalTransport, PeerClient
-from backend.swarm.network import Network, Node
-from backend.swarm.peers import Peer, PeerDirectory, StaticPeerDirectory, parse_peers
-from backend.swarm.signing import MemoryNonceCache, NonceCache, RequestSigner
+from backend.swarm.client import LocalTransport
+from backend.swarm.network import build_network
+from backend.swarm.peers import PeerDirectory, StaticPeerDirectory, parse_peers
+from backend.swarm.signing import MemoryNonceCache, NonceCache
 from backend.swarm.store import ChunkStore
 
 
@@ -31,28 +31,19 @@ def nonce_cache() -> NonceCache:
     return MemoryNonceCache()
 
 
-def build_network(directory: PeerDirectory, store: ChunkStore, private_key: bytes) -> Network:
-    signer = RequestSigner(private_key)
-    nodes: list[Node] = []
-    me: Node | None = None
-    for peer in directory.peers():
-        if peer.address == signer.address:
-            me = Node(peer, LocalTransport(store), local=True)
-        elif peer.url:
-            client = PeerClient(peer.url, signer, timeout_s=settings.DEFL_SWARM_TIMEOUT_S)
-            nodes.append(Node(peer, client))
-    # A node always stores into its own store, listed or not (a single node needs no peers).
-    nodes.insert(0, me or Node(Peer(signer.address, ""), LocalTransport(store), local=True))
-    return Network(
-        nodes, replication=settings.DEFL_REPLICATION, min_replicas=settings.DEFL_SWARM_MIN_REPLICAS
-    )
-
-
 @lru_cache(maxsize=1)
 def node_swarm() -> Swarm:
     """This node's store, shared by the views, tasks and commands of one process."""
     store = local_store()
-    return Swarm(store, build_network(peer_directory(), store, bytes(node_account().key)))
+    network = build_network(
+        peer_directory(),
+        store,
+        bytes(node_account().key),
+        replication=settings.DEFL_REPLICATION,
+        min_replicas=settings.DEFL_SWARM_MIN_REPLICAS,
+        timeout_s=settings.DEFL_SWARM_TIMEOUT_S,
+    )
+    return Swarm(store, network)
 
 
 @lru_cache(maxsize=1)

@@ -11,10 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from backend.swarm.client import ChunkTransport
+from backend.swarm.client import ChunkTransport, LocalTransport, PeerClient
 from backend.swarm.errors import PeerError
-from backend.swarm.peers import Peer
+from backend.swarm.peers import Peer, PeerDirectory
 from backend.swarm.placement import effective_replication, rank
+from backend.swarm.signing import RequestSigner
+from backend.swarm.store import ChunkStore
 
 
 @dataclass(frozen=True)
@@ -90,3 +92,26 @@ class Network:
             close = getattr(node.transport, "close", None)
             if close:
                 close()
+
+
+def build_network(
+    directory: PeerDirectory,
+    store: ChunkStore,
+    private_key: bytes,
+    *,
+    replication: int,
+    min_replicas: int = 0,
+    timeout_s: float = 30.0,
+) -> Network:
+    """This node (its own store) plus a signed HTTP client for every other registered node."""
+    signer = RequestSigner(private_key)
+    nodes: list[Node] = []
+    me: Node | None = None
+    for peer in directory.peers():
+        if peer.address == signer.address:
+            me = Node(peer, LocalTransport(store), local=True)
+        elif peer.url:
+            nodes.append(Node(peer, PeerClient(peer.url, signer, timeout_s=timeout_s)))
+    # A node always stores into its own store, listed or not (a single node needs no peers).
+    nodes.insert(0, me or Node(Peer(signer.address, ""), LocalTransport(store), local=True))
+    return Network(nodes, replication=replication, min_replicas=min_replicas)

@@ -1,8 +1,12 @@
 """Signed node-to-node requests.
 
 The sender signs keccak256 of a canonical string over the method, the path (with query),
-a timestamp, a random nonce and the SHA-256 of the body, with its node key (secp256k1,
-recoverable, as Ethereum signs). The receiver recovers the signer from the signature,
+a timestamp, a random nonce and a hash of the body, with its node key (secp256k1,
+recoverable, as Ethereum signs). The body hash is the SHA-256 of the body, except for
+a batch of chunks, where it is the SHA-256 of the batch's frame headers (addresses and
+lengths, ``wire.batch_digest``): each chunk's data is bound to its address by the hash
+the receiver checks before storing it, so signing the addresses signs the data too,
+and the bytes are hashed once on each side instead of twice. The receiver recovers the signer from the signature,
 checks it against the claimed address and the peer directory, refuses timestamps outside
 the clock-skew window and nonces it has already seen inside it (replays).
 """
@@ -29,8 +33,11 @@ HEADER_SIGNATURE = "X-Swarm-Signature"
 _DOMAIN = b"defl-swarm-peer-request/1"
 
 
-def request_digest(method: str, path: str, timestamp: str, nonce: str, body: bytes | memoryview) -> bytes:
-    body_hash = hashlib.sha256(body).hexdigest()
+def body_hash(body: bytes | memoryview) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def request_digest(method: str, path: str, timestamp: str, nonce: str, body_hash: str) -> bytes:
     message = b"\n".join(
         [
             _DOMAIN,
@@ -53,12 +60,18 @@ class RequestSigner:
         self.address = to_checksum_address(keccak(public)[-20:])
 
     def headers(
-        self, method: str, path: str, body: bytes | memoryview, *, now: float | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | memoryview,
+        *,
+        digest: str | None = None,
+        now: float | None = None,
     ) -> dict[str, str]:
         timestamp = str(int(now if now is not None else time.time()))
         nonce = os.urandom(16).hex()
-        digest = request_digest(method, path, timestamp, nonce, body)
-        signature = self._key.sign_recoverable(digest, hasher=None)
+        message = request_digest(method, path, timestamp, nonce, digest or body_hash(body))
+        signature = self._key.sign_recoverable(message, hasher=None)
         return {
             HEADER_ADDRESS: self.address,
             HEADER_TIMESTAMP: timestamp,
@@ -103,12 +116,16 @@ def verify_request(
     path: str,
     headers: Mapping[str, str],
     body: bytes | memoryview,
+    digest: str | None = None,
     is_registered: Callable[[str], bool],
     nonces: NonceCache,
     max_skew_s: float,
     now: float | None = None,
 ) -> VerifiedRequest:
-    """Check a request's signature, freshness and signer; raise ``SignatureError`` if any fails."""
+    """Check a request's signature, freshness and signer; raise ``SignatureError`` if any fails.
+
+    ``digest`` is the body hash when it is not the plain SHA-256 (a chunk batch).
+    """
     try:
         claimed = headers[HEADER_ADDRESS]
         timestamp = headers[HEADER_TIMESTAMP]
@@ -125,9 +142,9 @@ def verify_request(
         raise SignatureError("timestamp outside the clock-skew window")
     if not 16 <= len(nonce) <= 64:
         raise SignatureError("bad nonce")
-    digest = request_digest(method, path, timestamp, nonce, body)
+    message = request_digest(method, path, timestamp, nonce, digest or body_hash(body))
     try:
-        public = PublicKey.from_signature_and_message(signature, digest, hasher=None)
+        public = PublicKey.from_signature_and_message(signature, message, hasher=None)
     except Exception:  # coincurve raises ValueError or its own errors for garbage
         raise SignatureError("bad signature") from None
     signer = to_checksum_address(keccak(public.format(compressed=False)[1:])[-20:])

@@ -27,7 +27,7 @@ from backend.swarm.errors import InvalidReference, SignatureError, UnregisteredS
 from backend.swarm.joiner import blob_span
 from backend.swarm.reference import Reference
 from backend.swarm.signing import verify_request
-from backend.swarm.wire import decode_addresses, decode_batch, encode_addresses, encode_batch
+from backend.swarm.wire import batch_digest, decode_addresses, decode_batch, encode_addresses, encode_batch
 
 PeerView = Callable[[HttpRequest, bytes], HttpResponse]
 
@@ -41,7 +41,9 @@ def _read_body(request: HttpRequest) -> bytes:
     return request.read(length) if length else b""
 
 
-def peer_signed(view: PeerView) -> Callable[[HttpRequest], HttpResponse]:
+def peer_signed(
+    view: PeerView, digest: Callable[[bytes], str] | None = None
+) -> Callable[[HttpRequest], HttpResponse]:
     @csrf_exempt
     @require_POST
     def wrapper(request: HttpRequest) -> HttpResponse:
@@ -52,10 +54,13 @@ def peer_signed(view: PeerView) -> Callable[[HttpRequest], HttpResponse]:
                 path=request.get_full_path(),
                 headers=request.headers,
                 body=body,
+                digest=digest(body) if digest else None,
                 is_registered=factory.peer_directory().is_registered,
                 nonces=factory.nonce_cache(),
                 max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
             )
+        except ValueError as exc:  # a malformed batch cannot even be digested
+            return JsonResponse({"detail": str(exc)}, status=400)
         except UnregisteredSigner as exc:
             return JsonResponse({"detail": str(exc)}, status=403)
         except SignatureError as exc:
@@ -69,11 +74,17 @@ def peer_signed(view: PeerView) -> Callable[[HttpRequest], HttpResponse]:
     return wrapper
 
 
-@peer_signed
-def peer_push(request: HttpRequest, body: bytes) -> HttpResponse:
-    """Store a batch of chunks; answer with the addresses now held (bad chunks are left out)."""
-    held = factory.local_store().put_many(list(decode_batch(body)))
+def _push(request: HttpRequest, body: bytes) -> HttpResponse:
+    """Store a batch of chunks; answer with the addresses now held (bad chunks are left out).
+
+    The store hashes every chunk against its address before writing it (verify=True):
+    the signature covers only the addresses (see signing.py).
+    """
+    held = factory.local_store().put_many(list(decode_batch(body)), verify=True)
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
+
+
+peer_push = peer_signed(_push, digest=batch_digest)
 
 
 @peer_signed

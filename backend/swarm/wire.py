@@ -6,6 +6,7 @@ Free of I/O, so the client, the views and the tests share it.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -46,3 +47,15 @@ def decode_addresses(body: bytes | memoryview) -> list[bytes]:
     if len(raw) % ADDRESS_SIZE:
         raise ValueError("address list is not a multiple of 32 bytes")
     return [raw[i : i + ADDRESS_SIZE] for i in range(0, len(raw), ADDRESS_SIZE)]
+
+
+def batch_digest(body: bytes | memoryview) -> str:
+    """The signed hash of a batch: SHA-256 over its frame headers only (see signing.py).
+
+    Raises ``ValueError`` for a malformed batch, so a truncated body fails the signature.
+    """
+    h = hashlib.sha256()
+    view = memoryview(body)
+    for address, data in decode_batch(view):
+        h.update(address + _LEN.pack(len(data)))
+    return h.hexdigest()

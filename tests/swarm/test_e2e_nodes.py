@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from backend.nodes.process import NodeProcess, prepare_nodes, start_all
+from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_all
 from backend.swarm.placement import overlay_address, xor_distance
 from backend.swarm.reference import is_valid_chunk
 from backend.swarm.signing import RequestSigner
@@ -26,17 +26,16 @@ BLOB_MB = 50
 def cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("swarm-nodes")
     nodes = [NodeProcess(base / name) for name in "ABCD"]
-    prepare_nodes(nodes, replication=3)
+    token = prepare_nodes(nodes, users=["tester"], replication=3)["tester"]
     start_all(nodes)
-    tokens = {n.address: n.api_token() for n in nodes}
+    tokens = {n.address: token for n in nodes}
     blob = base / "blob.bin"
     with open(blob, "wb") as f:
         for _ in range(BLOB_MB):
             f.write(os.urandom(1 << 20))
     state = {"nodes": nodes, "tokens": tokens, "blob": blob, "digest": _sha256(blob)}
     yield state
-    for node in nodes:
-        node.stop()
+    stop_all(nodes)
 
 
 def _sha256(path: Path) -> str:

@@ -61,3 +61,23 @@ def test_replay_and_stale_timestamps_are_refused():
     with pytest.raises(SignatureError, match="clock-skew"):
         verify(signed(now=1_000_000), now=1_000_000 + 61)
     verify(signed(now=1_000_000), now=1_000_000 + 59)
+
+
+def test_a_signed_batch_binds_its_chunks_through_their_addresses():
+    from backend.swarm.reference import chunk_address, is_valid_chunk
+    from backend.swarm.wire import batch_digest, decode_batch, encode_batch
+
+    data = b"chunk data"
+    body = encode_batch([(chunk_address(data), data)])
+    headers = RequestSigner(bytes(NODE.key)).headers("POST", "/p", body, digest=batch_digest(body))
+    ok = verify_request(
+        method="POST", path="/p", headers=headers, body=body, digest=batch_digest(body),
+        is_registered=lambda a: True, nonces=MemoryNonceCache(), max_skew_s=60,
+    )  # fmt: skip
+    assert ok.signer == NODE.address
+    # Swapping the data keeps the signature valid, but the chunk no longer matches its address.
+    tampered = body[:-1] + b"X"
+    [(address, payload)] = list(decode_batch(tampered))
+    assert not is_valid_chunk(address, payload)
+    # Changing an address or a length changes the signed digest.
+    assert batch_digest(bytes([body[0] ^ 1]) + body[1:]) != batch_digest(body)
