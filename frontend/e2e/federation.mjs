@@ -1,0 +1,244 @@
+// The whole federation through the dashboards of several nodes, as their operators would do it:
+// upload a dataset on every node, create a job on the first, join it from the others, start it,
+// watch the rounds complete and the accuracy chart draw (live, without a reload), find the
+// rejected update of the attacker, download the global model and try it on a sample.
+//
+// Needs a running local federation (several node processes on one chain, with the round driver).
+//   DEFL_NODES=http://127.0.0.1:8101,http://127.0.0.1:8102,http://127.0.0.1:8103  first one creates the job
+//   DEFL_OPERATOR_USER / DEFL_OPERATOR_PASSWORD   an operator account on every node
+//   DEFL_DATASETS=/path/a.csv,/path/b.csv,/path/c.csv  one file per node (the attacker's may be label-flipped)
+// Optional:
+//   DEFL_LABEL_COLUMN (label)  DEFL_EPSILON_CAP (10)  DEFL_ROUNDS (3)  DEFL_COMMITTEE (1)  DEFL_TOP_K (1)
+//   DEFL_MIN_TRAINERS (number of nodes - committee)  DEFL_MODEL (mlp)  DEFL_STRATEGY (fedavg)
+//   DEFL_DP_MODE (sgd)  DEFL_TARGET_EPSILON (3)  DEFL_LR (0.05)  DEFL_BATCH_SIZE (32)
+//   DEFL_ROUND_TIMEOUT_S (120)  DEFL_WAIT_S (900: how long the rounds may take in all)
+//   DEFL_ATTACKER_ADDRESS (0x…: the rejected update must be this trainer's)  DEFL_EXPECT_REJECTED (1)
+//   DEFL_SCREENSHOTS (out/screenshots/federation)
+// The last line printed is a JSON summary; exit status 0 only when every step passed.
+import { readFileSync, statSync } from 'node:fs'
+import { basename } from 'node:path'
+import { check, launch, requireEnv, screenshotter, settled, signIn, watchConsole } from './browser.mjs'
+
+const env = (name, fallback) => process.env[name] || fallback
+const nodes = requireEnv('DEFL_NODES').split(',').map((url) => url.trim().replace(/\/$/, ''))
+const datasets = requireEnv('DEFL_DATASETS').split(',').map((path) => path.trim())
+const user = requireEnv('DEFL_OPERATOR_USER')
+const password = requireEnv('DEFL_OPERATOR_PASSWORD')
+if (datasets.length !== nodes.length) {
+  console.error(`DEFL_DATASETS has ${datasets.length} files for ${nodes.length} nodes`)
+  process.exit(2)
+}
+const config = {
+  label: env('DEFL_LABEL_COLUMN', 'label'),
+  epsilonCap: env('DEFL_EPSILON_CAP', '10'),
+  rounds: Number(env('DEFL_ROUNDS', '3')),
+  committee: env('DEFL_COMMITTEE', '1'),
+  topK: env('DEFL_TOP_K', '1'),
+  minTrainers: env('DEFL_MIN_TRAINERS', String(Math.max(nodes.length - Number(env('DEFL_COMMITTEE', '1')), 1))),
+  model: env('DEFL_MODEL', 'mlp'),
+  strategy: env('DEFL_STRATEGY', 'fedavg'),
+  dpMode: env('DEFL_DP_MODE', 'sgd'),
+  targetEpsilon: env('DEFL_TARGET_EPSILON', '3'),
+  lr: env('DEFL_LR', '0.05'),
+  batchSize: env('DEFL_BATCH_SIZE', '32'),
+  roundTimeout: env('DEFL_ROUND_TIMEOUT_S', '120'),
+  waitMs: Number(env('DEFL_WAIT_S', '900')) * 1000,
+  attacker: (process.env.DEFL_ATTACKER_ADDRESS || '').toLowerCase(),
+  expectRejected: env('DEFL_EXPECT_REJECTED', '1') === '1',
+}
+const jobName = `e2e-federation-${Date.now()}`
+const shots = screenshotter(env('DEFL_SCREENSHOTS', 'out/screenshots/federation'))
+const failures = []
+const steps = []
+let current = 'start'
+
+// Element Plus widgets, driven as a user would.
+async function chooseOption(page, field, optionText) {
+  await page.locator(`.el-form-item:has(.el-form-item__label:text-is("${field}")) .el-select`).click()
+  await page.locator('.el-select-dropdown:visible .el-select-dropdown__item', { hasText: optionText }).first().click()
+}
+async function fillNumber(page, field, value) {
+  const input = page.locator(`.el-form-item:has(.el-form-item__label:text-is("${field}")) input`)
+  await input.fill(String(value))
+  await input.blur()
+}
+
+async function uploadDataset(page, baseUrl, file, index) {
+  await page.goto(`${baseUrl}/datasets`)
+  await settled(page, '[data-test=upload-form]')
+  const name = `${basename(file).replace(/\.[^.]+$/, '')}-${index}`
+  await page.locator('input[data-test=file-input]').setInputFiles(file)
+  await page.locator('input[data-test=name-input]').fill(name)
+  if (file.endsWith('.csv')) await page.locator('input[data-test=label-input]').fill(config.label)
+  await fillNumber(page, 'Privacy budget ε cap', config.epsilonCap)
+  await page.locator('[data-test=upload-submit]').click()
+  // The progress bar shows while the file goes up (small files may finish before we look).
+  await page.locator('[data-test=upload-progress]').waitFor({ timeout: 10000 }).catch(() => {})
+  const error = page.locator('[data-test=upload-error] .el-alert__title')
+  await Promise.race([page.waitForURL(/\/datasets\/[^/]+$/, { timeout: 120000 }), error.waitFor({ timeout: 120000 })])
+  if (await error.count()) throw new Error(`the upload was refused: ${await error.innerText()}`)
+  await settled(page, '[data-test=dataset-page]')
+  await shots.shot(page, `node${index}-dataset`)
+  return { name, id: new URL(page.url()).pathname.split('/').pop() }
+}
+
+async function createJob(page, baseUrl, dataset) {
+  await page.goto(`${baseUrl}/jobs/new`)
+  await settled(page, '[data-test=job-form]')
+  await page.locator('input[data-test=job-name]').fill(jobName)
+  await chooseOption(page, 'Model', config.model.toUpperCase() === 'MLP' ? 'MLP' : config.model)
+  await chooseOption(page, 'Dataset this node brings', dataset.name)
+  await chooseOption(page, 'Strategy / defense', { fedavg: 'FedAvg', median: 'median', trimmed_mean: 'Trimmed', krum: 'Krum' }[config.strategy] || config.strategy)
+  await fillNumber(page, 'Rounds', config.rounds)
+  await fillNumber(page, 'Batch size', config.batchSize)
+  await fillNumber(page, 'Learning rate', config.lr)
+  await chooseOption(page, 'DP mode', { none: 'None', sgd: 'DP-SGD', update: 'Update-level' }[config.dpMode])
+  if (config.dpMode !== 'none') await fillNumber(page, 'Target ε', config.targetEpsilon)
+  await fillNumber(page, 'Committee size', config.committee)
+  await fillNumber(page, 'Top-k accepted updates', config.topK)
+  await fillNumber(page, 'Minimum trainers', config.minTrainers)
+  await fillNumber(page, 'Round deadline (seconds)', config.roundTimeout)
+  await shots.shot(page, 'node0-job-form')
+  await page.locator('[data-test=job-submit]').click()
+  const error = page.locator('[data-test=job-error] .el-alert__title')
+  await Promise.race([page.waitForURL(/\/jobs\/\d[^/]*$/, { timeout: 120000 }), error.waitFor({ timeout: 120000 })])
+  if (await error.count()) throw new Error(`the job was refused: ${await error.innerText()}`)
+  await settled(page, '[data-test=job-page]')
+  return new URL(page.url()).pathname
+}
+
+// Another node sees the job once its indexer picked it up from the chain.
+async function joinJob(page, baseUrl, dataset, index) {
+  const deadline = Date.now() + 120000
+  for (;;) {
+    await page.goto(`${baseUrl}/jobs`)
+    await settled(page, '[data-test=jobs-page]')
+    const link = page.locator('[data-test=jobs-table] a', { hasText: jobName })
+    if (await link.count()) {
+      await link.first().click()
+      break
+    }
+    if (Date.now() > deadline) throw new Error(`node ${index} never listed job ${jobName}`)
+    await page.waitForTimeout(3000)
+  }
+  await settled(page, '[data-test=job-actions]')
+  await page.locator('[data-test=job-actions] .el-select').click()
+  await page.locator('.el-select-dropdown:visible .el-select-dropdown__item', { hasText: dataset.name }).first().click()
+  await page.locator('[data-test=job-actions] button:has-text("Join")').click()
+  await page.locator('.el-message--success').waitFor({ timeout: 60000 })
+}
+
+async function watchRounds(page) {
+  // A marker on window survives only if the page is never reloaded: updates must come by polling.
+  await page.evaluate(() => (window.__deflNotReloaded = true))
+  const deadline = Date.now() + config.waitMs
+  let lastPhase = ''
+  let shotRound = 0
+  for (;;) {
+    const phase = await page.locator('[data-test=current-phase]').innerText().catch(() => '')
+    const status = (await page.locator('[data-test=job-summary] .el-tag').first().innerText().catch(() => '')).toLowerCase()
+    if (phase !== lastPhase) {
+      steps.push(`phase: ${phase} (${status})`)
+      lastPhase = phase
+    }
+    const doneRounds = await page.locator('[data-test=round-timeline] .el-tag--success').count()
+    if (doneRounds > shotRound) {
+      shotRound = doneRounds
+      await shots.shot(page, `node0-job-round${doneRounds}`)
+    }
+    if (['finished', 'done', 'completed'].includes(status) || doneRounds >= config.rounds) break
+    if (['failed', 'cancelled', 'canceled'].includes(status)) throw new Error(`the job ended as ${status}`)
+    if (Date.now() > deadline) throw new Error(`the rounds did not complete within ${config.waitMs / 1000} s (last phase ${phase})`)
+    await page.waitForTimeout(2000)
+  }
+  check(failures, await page.evaluate(() => window.__deflNotReloaded === true), 'the job page reloaded while watching the rounds')
+  await page.locator('[data-test=metrics-chart] canvas').first().waitFor({ timeout: 30000 })
+  await page.waitForTimeout(500)
+}
+
+async function findRejectedUpdate(page) {
+  // Open every round so that each updates table is on screen for the screenshot.
+  const headers = page.locator('.el-collapse-item__header:not(.is-active)')
+  for (let i = await headers.count(); i > 0; i -= 1) await headers.first().click()
+  const rejected = page.locator('[data-test=update-rejected]')
+  const count = await rejected.count()
+  steps.push(`rejected updates: ${count}`)
+  if (config.expectRejected) check(failures, count > 0, 'no rejected update is shown')
+  if (config.attacker && count) {
+    const trainers = await page.locator('tr.rejected-row td:first-child [title]').evaluateAll((els) => els.map((el) => el.title.toLowerCase()))
+    check(failures, trainers.includes(config.attacker), `the attacker ${config.attacker} is not among the rejected trainers ${trainers}`)
+  }
+  await shots.shot(page, 'node0-job-final')
+}
+
+async function downloadAndPredict(page, baseUrl, csvFile) {
+  await page.goto(`${baseUrl}/models`)
+  await settled(page, '[data-test=models-page]')
+  await page.locator('[data-test=models-table] button:has-text("Download")').first().waitFor({ timeout: 60000 })
+  const [download] = await Promise.all([page.waitForEvent('download'), page.locator('[data-test=models-table] button:has-text("Download")').first().click()])
+  const path = await download.path()
+  const bytes = readFileSync(path)
+  // safetensors: an 8-byte little-endian header length, then a JSON header.
+  const headerLength = Number(bytes.readBigUInt64LE(0))
+  check(failures, bytes.length > 8 + headerLength && bytes[8] === 0x7b, `the downloaded model is not a safetensors file (${statSync(path).size} bytes)`)
+  steps.push(`model downloaded: ${download.suggestedFilename()} ${bytes.length} bytes`)
+  if (csvFile?.endsWith('.csv')) {
+    const [header, row] = readFileSync(csvFile, 'utf8').split(/\r?\n/)
+    const labelIndex = header.split(',').indexOf(config.label)
+    const features = row.split(',').filter((_value, index) => index !== labelIndex)
+    await page.locator('[data-test=predict-form] textarea').fill(features.join(','))
+    await page.locator('[data-test=predict-submit]').click()
+    await page.locator('[data-test=predict-result]').waitFor({ timeout: 60000 })
+    steps.push(`prediction: ${(await page.locator('[data-test=predict-result] p').innerText()).trim()}`)
+  }
+  await shots.shot(page, 'node0-models')
+}
+
+const browser = await launch()
+const pages = []
+try {
+  for (const [index, baseUrl] of nodes.entries()) {
+    const page = await browser.context.newPage()
+    const errors = watchConsole(page, () => current)
+    pages.push({ page, baseUrl, errors })
+    current = `node ${index} sign in`
+    await signIn(page, baseUrl, user, password)
+  }
+  const uploaded = []
+  for (const [index, { page, baseUrl }] of pages.entries()) {
+    current = `node ${index} upload`
+    uploaded.push(await uploadDataset(page, baseUrl, datasets[index], index))
+    steps.push(`node ${index}: dataset ${uploaded[index].name} stored as ${uploaded[index].id}`)
+  }
+  const [first, ...others] = pages
+  current = 'node 0 create job'
+  const jobPath = await createJob(first.page, first.baseUrl, uploaded[0])
+  steps.push(`job created: ${jobPath}`)
+  for (const [offset, { page, baseUrl }] of others.entries()) {
+    current = `node ${offset + 1} join`
+    await joinJob(page, baseUrl, uploaded[offset + 1], offset + 1)
+    steps.push(`node ${offset + 1} joined`)
+  }
+  current = 'node 0 start'
+  await first.page.goto(`${first.baseUrl}${jobPath}`)
+  await settled(first.page, '[data-test=job-page]')
+  const start = first.page.locator('[data-test=start-job]')
+  if (await start.count()) await start.click()
+  current = 'node 0 rounds'
+  await watchRounds(first.page)
+  current = 'node 0 audit trail'
+  await findRejectedUpdate(first.page)
+  current = 'node 0 models'
+  await downloadAndPredict(first.page, first.baseUrl, datasets[0])
+} catch (error) {
+  failures.push(`${current}: ${error.message.split('\n')[0]}`)
+  for (const [index, { page }] of pages.entries()) await shots.shot(page, `failure-node${index}`).catch(() => {})
+} finally {
+  await browser.close()
+}
+
+for (const { errors } of pages) failures.push(...errors)
+const summary = { ok: failures.length === 0, failures, steps, job: jobName, screenshots: shots.taken.length }
+for (const failure of failures) console.error(`FAIL ${failure}`)
+console.log(JSON.stringify(summary))
+process.exit(summary.ok ? 0 : 1)
