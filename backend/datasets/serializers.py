@@ -53,8 +53,7 @@ class DatasetUploadSerializer(serializers.Serializer):
 
 class ReplicationSerializer(serializers.Serializer):
     chunks = serializers.IntegerField(allow_null=True)
-    # Chunks with their full replica count; null until the swarm reports per-chunk copies.
-    healthy = serializers.IntegerField(allow_null=True)
+    healthy = serializers.IntegerField(allow_null=True, help_text="chunks with R copies on live nodes")
     pinned_here = serializers.BooleanField(allow_null=True)
 
 
@@ -107,7 +106,11 @@ class DatasetSerializer(serializers.ModelSerializer):
             replication = storage.replication(dataset.encrypted_reference)
         except Exception:  # a listing must not fail because one peer is down; null means "unknown"
             return {"chunks": None, "healthy": None, "pinned_here": None}
-        return {"chunks": replication.chunks, "healthy": None, "pinned_here": replication.pinned_here}
+        return {
+            "chunks": replication.chunks,
+            "healthy": replication.healthy,
+            "pinned_here": replication.pinned_here,
+        }
 
     @extend_schema_field(BudgetSerializer)
     def get_budget(self, dataset: Dataset) -> dict:

@@ -155,12 +155,14 @@ def load_dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
     """(x float32, y int64) of a dataset this node owns or was granted, checked against its hash.
 
     ``dataset`` is a local ``Dataset`` (owned: its reference is stored here) or a
-    granted dataset from the ledger's mirror (anything with ``wrapped_key`` and
-    ``content_hash``): its key is unwrapped with this node's key.
+    grant to this node from the ledger's mirror (``backend.ledger.models.Grant``, or
+    anything with ``wrapped_key`` and a ``content_hash`` of its own or of its
+    ``dataset``): its key is unwrapped with this node's key.
     """
     reference = getattr(dataset, "encrypted_reference", None) or _unwrap_grant(dataset)
+    expected = getattr(dataset, "content_hash", None) or dataset.dataset.content_hash
     canonical = deserialize(storage.fetch(reference))
-    if canonical.content_hash != _hex(dataset.content_hash):
+    if canonical.content_hash != _hex(expected):
         raise Conflict("the fetched dataset does not match its content hash")
     return canonical.x, canonical.y
 

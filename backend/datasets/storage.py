@@ -7,12 +7,16 @@ never see the store's client or its transport errors (the store raises its own
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+
+from backend.swarm.errors import SwarmError
 
 
 @dataclass(frozen=True)
 class Replication:
     chunks: int
+    healthy: int  # chunks that have at least R copies on nodes that answer
     pinned_here: bool  # this node keeps a full copy, safe from its garbage collector
 
 
@@ -44,5 +48,22 @@ def root_address(reference: str) -> bytes:
 
 
 def replication(reference: str) -> Replication:
-    stat = _store().stat(reference)
-    return Replication(chunks=stat.chunks, pinned_here=stat.pinned_here)
+    """How well a blob is replicated: one ``has`` request per live node for all its chunks.
+
+    Nodes the swarm currently counts as down are skipped (their copies do not count),
+    so a listing never waits on a dead peer's timeout more than once.
+    """
+    swarm = _store()
+    stat = swarm.stat(reference)
+    addresses = list(dict.fromkeys(swarm.chunk_addresses(reference)))
+    network = swarm.network
+    copies: Counter[bytes] = Counter()
+    for node in network.nodes:
+        if not network.is_up(node):
+            continue
+        try:
+            copies.update(set(node.transport.has(addresses)))
+        except SwarmError:
+            network.mark_down(node)
+    healthy = sum(1 for address in addresses if copies[address] >= network.r)
+    return Replication(chunks=len(addresses), healthy=healthy, pinned_here=stat.pinned_here)

@@ -17,10 +17,19 @@ class LedgerMissing(RuntimeError):
 
 def node_ledger():
     try:
-        from backend.ledger.factory import node_ledger as build
+        from backend.ledger.factory import get_ledger
     except ImportError:
         return None
-    return build()
+    return get_ledger()
+
+
+def indexed_block(ledger) -> int | None:
+    """The last block the ledger's event indexer has mirrored into the database."""
+    try:
+        from backend.ledger.factory import get_indexer
+    except ImportError:
+        return None
+    return get_indexer(ledger).last_block()
 
 
 def require_ledger():

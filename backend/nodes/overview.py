@@ -48,7 +48,7 @@ def chain_status() -> dict:
     except Exception as exc:  # the ledger's errors and its set-up errors alike: show them, don't fail
         logger.warning("chain status unavailable: %r", exc)
         return unavailable | {"contracts": {}, "error": _describe(exc)}
-    indexed = indexed_block()
+    indexed = ledger_access.indexed_block(ledger)
     return {
         "available": True,
         "chain_id": chain_id,
@@ -58,15 +58,6 @@ def chain_status() -> dict:
         "contracts": dict(ledger.deployment.addresses),
         "error": None,
     }
-
-
-def indexed_block() -> int | None:
-    """The last block the ledger's event indexer has mirrored (None before the indexer exists)."""
-    try:
-        from backend.ledger.indexer import indexed_block as ledger_indexed_block
-    except ImportError:
-        return None
-    return ledger_indexed_block()
 
 
 def storage_status() -> dict:
@@ -167,18 +158,17 @@ def _static_peer(url: str) -> dict:
 
 
 def recent_events(limit: int) -> list[dict]:
-    try:
-        from backend.ledger.models import ChainEvent
-    except ImportError:
-        return []
+    """The newest events the ledger's indexer mirrored (block timestamps are not indexed: null)."""
+    from backend.ledger.models import ChainEvent
+
     return [
         {
             "name": event.name,
             "contract": event.contract,
-            "block": event.block,
+            "block": event.block_number,
             "tx_hash": event.tx_hash,
             "args": event.args,
-            "timestamp": event.timestamp,
+            "timestamp": None,
         }
-        for event in ChainEvent.objects.order_by("-block", "-log_index")[:limit]
+        for event in ChainEvent.objects.order_by("-block_number", "-log_index")[:limit]
     ]

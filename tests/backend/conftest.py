@@ -27,6 +27,15 @@ def _clear_node_caches() -> None:
 
 
 @pytest.fixture(autouse=True)
+def no_ledger_by_default(monkeypatch):
+    """Tests run without a chain unless they ask for one (on_chain, empty_chain), so that the
+    factory's in-process chain is never deployed behind a test's back."""
+    from backend.nodes import ledger_access
+
+    monkeypatch.setattr(ledger_access, "node_ledger", lambda: None)
+
+
+@pytest.fixture(autouse=True)
 def node_settings(settings, tmp_path):
     """Every test gets this node's key, its own empty chunk store and upload temp dir."""
     settings.DEFL_NODE_KEY = TEST_NODE_KEY

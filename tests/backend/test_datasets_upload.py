@@ -40,7 +40,10 @@ def test_good_csv_is_parsed_encrypted_and_stored(provider):
         "epsilon_left": 8.0,
         "spent_by_jobs": [],
     }
-    assert body["replication"]["chunks"] >= 1
+    replication = body["replication"]
+    assert replication["chunks"] >= 1
+    assert replication["healthy"] == replication["chunks"]  # a single node: R = 1, all local
+    assert replication["pinned_here"] is True
     assert "encrypted_reference" not in body  # the data key never leaves the node
 
     dataset = Dataset.objects.get()

@@ -46,8 +46,18 @@ def test_node_and_peers_on_chain(viewer, on_chain):
     assert peers[0]["endpoint"] == "http://127.0.0.1:8001"
 
 
-def test_events_limit_is_validated(viewer):
-    assert viewer.get("/api/events?limit=5").status_code == 200
+def test_events_come_from_the_indexer_newest_first_and_limit_is_validated(viewer):
+    from backend.ledger.models import ChainEvent
+
+    for block in (5, 7):
+        ChainEvent.objects.create(
+            contract="DataRegistry", address="0x" + "11" * 20, name="DatasetRegistered", block_number=block,
+            tx_hash="0x" + f"{block:02x}" * 32, log_index=0, args={"datasetId": block},
+        )  # fmt: skip
+    events = viewer.get("/api/events?limit=1").json()
+    assert [(e["name"], e["block"], e["args"]) for e in events] == [
+        ("DatasetRegistered", 7, {"datasetId": 7})
+    ]
     response = viewer.get("/api/events?limit=0")
     assert response.status_code == 400
     assert "limit" in response.json()["errors"]
