@@ -165,12 +165,11 @@ print(content_hash(encode_update(update)))
 
 def test_encoding_is_identical_across_processes():
     script = _HASH_IN_CHILD.format(repo=str(REPO))
-    hashes = {
-        subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        for _ in range(2)
-    }
+    children = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    hashes = {child.communicate(timeout=120)[0].strip() for child in children}
+    assert all(child.returncode == 0 for child in children)
     generator = torch.Generator().manual_seed(1)
     emb = torch.zeros(300, 8)
     emb[[5, 17, 250]] = torch.randn(3, 8, generator=generator)
