@@ -22,7 +22,7 @@ itself: they are not privatised and must not leave the node.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +45,10 @@ class TrainConfig:
     ``batch_size`` is the expected batch size under Poisson sampling. One round
     runs ``local_steps`` steps, or ``epochs`` passes of ceil(n / batch_size) steps.
     ``rounds`` is the number of rounds in the job, needed to calibrate a target epsilon.
+
+    Under DP on the MNIST subset, CNN with GroupNorm (``groups=4``), these did
+    well: batch_size 128, lr 0.5, momentum 0.5, max_grad_norm 1.0 (90% test
+    accuracy centralised at epsilon 3; see the project report for federated runs).
     """
 
     batch_size: int = 64
@@ -292,7 +296,11 @@ def _train_private(
         wrapped._close()
 
 
-def _accounting_hook(plan: StepPlan, history: PrivacyHistory, ledger: BudgetLedger | None):
+def _accounting_hook(
+    plan: StepPlan, history: PrivacyHistory, ledger: BudgetLedger | None
+) -> Callable[[DPOptimizer], None]:
+    """Record every noisy step as it happens, so a crash mid-round cannot under-count."""
+
     def record(_optimizer: DPOptimizer) -> None:
         history.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
         if ledger is not None:
