@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from conftest import HASH, REF
 
 from backend.ledger import errors
 from backend.ledger.resources import JobStatus, RoundPhase
 from fl_node.committee import decide_round
 
-MODEL = b"\x33" * 32
+REF, HASH, MODEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32  # as in conftest.Federation.spec
 
 
 def _train(fed, job, round_, trainers, samples=10):
