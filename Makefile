@@ -22,9 +22,10 @@ $(STAMPS)/npm: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-lint: $(STAMPS)/venv
+lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check fl_node bench
+	$(PY) -m ruff format --check fl_node bench backend/ledger tests/contracts tests/ledger
+	node contracts/compile.mjs --check
 
 test: setup lint
 	$(PY) -m pytest -n 2 --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
