@@ -29,3 +29,13 @@ def test_each_role_sees_every_page_without_console_errors_and_only_what_it_may_d
         assert (SCREENSHOTS / f"{role}-overview.png").stat().st_size > 10_000
     assert "/jobs/new" in summary["visited"]["operator"]
     assert "/jobs/new (redirected)" in summary["visited"]["viewer"]
+
+
+def test_job_dataset_and_models_pages_follow_a_running_job_without_reloading(node_server):
+    """The API is mocked in the browser (frontend/e2e/fixtures), the SPA comes from the node."""
+    result = run_e2e_script(
+        "job-page.mjs", {"DEFL_URL": node_server.url, "DEFL_SCREENSHOTS": str(SCREENSHOTS)}
+    )
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0 and summary["ok"], "\n".join(summary["failures"])
+    assert (SCREENSHOTS / "mocked-job.png").stat().st_size > 10_000

@@ -52,7 +52,7 @@ export function roundMetricsOption(rounds) {
     series: [
       { name: 'accuracy %', type: 'line', data: pick('accuracy'), yAxisIndex: 0, smooth: true, connectNulls: true },
       { name: 'loss', type: 'line', data: pick('loss'), yAxisIndex: 1, smooth: true, connectNulls: true },
-      { name: 'ε spent', type: 'line', data: pick('epsilon'), yAxisIndex: 1, step: 'end', connectNulls: true },
+      { name: 'ε spent', type: 'line', data: pick('epsilon'), yAxisIndex: 1, connectNulls: true, lineStyle: { type: 'dashed' } },
     ],
   }
 }

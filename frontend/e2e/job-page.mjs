@@ -1,0 +1,107 @@
+// The job, dataset and models pages against a mocked API (fixtures/federation.js), so that
+// the round timeline, the charts, the accepted/rejected audit trail, live polling, model
+// download and predict are checked in a real browser before a federation can run.
+// The SPA itself comes from a real node:
+//   DEFL_URL=http://127.0.0.1:8000 DEFL_SCREENSHOTS=out/screenshots node e2e/job-page.mjs
+import { check, launch, requireEnv, screenshotter, settled, watchConsole } from './browser.mjs'
+import { dataset, job, models, prediction, roundsOverTime } from './fixtures/federation.js'
+
+const baseUrl = requireEnv('DEFL_URL')
+const shots = screenshotter(process.env.DEFL_SCREENSHOTS || 'out/screenshots')
+const failures = []
+let current = 'start'
+let roundsCalls = 0
+
+const json = (route, body, status = 200) => route.fulfill({ status, contentType: 'application/json', body: JSON.stringify(body) })
+const routes = {
+  'POST /api/auth/login': () => ({ token: 'mocked', user: { username: 'ada', role: 'operator' } }),
+  'POST /api/auth/logout': () => ({}),
+  'GET /api/auth/me': () => ({ username: 'ada', role: 'operator' }),
+  'GET /api/jobs': () => [job],
+  'GET /api/jobs/7': () => job,
+  'GET /api/jobs/7/rounds': () => roundsOverTime[Math.min(roundsCalls++, roundsOverTime.length - 1)],
+  'GET /api/datasets': () => ({ count: 1, results: [dataset] }),
+  'GET /api/datasets/1': () => dataset,
+  'GET /api/datasets/1/grants': () => [{ node: '0xb0b0000000000000000000000000000000000002', tx_hash: '0x' + 'ab'.repeat(32), revoked: false }],
+  'GET /api/peers': () => [{ address: '0xb0b0000000000000000000000000000000000002', name: 'org-b', endpoint: 'http://127.0.0.1:8102', healthy: true, last_seen: new Date().toISOString() }],
+  'GET /api/models': () => ({ count: models.length, results: models }),
+  'POST /api/models/3/predict': () => prediction,
+}
+
+const browser = await launch()
+const page = await browser.context.newPage()
+const errors = watchConsole(page, () => current)
+await page.route('**/api/**', async (route) => {
+  const request = route.request()
+  const path = new URL(request.url()).pathname
+  if (request.method() === 'GET' && path === '/api/models/3/download') {
+    return route.fulfill({ status: 200, contentType: 'application/octet-stream', body: Buffer.from('\x02\x00\x00\x00\x00\x00\x00\x00{}') })
+  }
+  const handler = routes[`${request.method()} ${path}`]
+  if (!handler) return json(route, { detail: `not mocked: ${request.method()} ${path}` }, 404)
+  return json(route, handler())
+})
+
+try {
+  current = 'sign in'
+  await page.goto(`${baseUrl}/login?redirect=/jobs/7`)
+  await page.locator('input[data-test=username-input]').fill('ada')
+  await page.locator('input[data-test=password-input]').fill('secret')
+  await page.locator('[data-test=sign-in-submit]').click()
+  await page.waitForURL((url) => url.pathname === '/jobs/7')
+
+  current = 'job page'
+  await settled(page, '[data-test=job-page]')
+  await page.evaluate(() => (window.__deflNotReloaded = true))
+  check(failures, (await page.locator('[data-test=current-phase]').innerText()) === 'scoring', 'round 3 should be scoring first')
+  // Polling moves the page on: round 3's model is fixed, then round 4 opens.
+  await page.locator('[data-test=current-phase]', { hasText: 'training' }).waitFor({ timeout: 20000 })
+  check(failures, await page.evaluate(() => window.__deflNotReloaded === true), 'the job page reloaded to show new rounds')
+  check(failures, (await page.locator('[data-test=round-timeline] li').count()) === 4, 'the timeline should list 4 rounds')
+  check(failures, (await page.locator('[data-test=metrics-chart] canvas').count()) > 0, 'the metrics chart is not drawn')
+  const round3 = page.locator('.el-collapse-item__header', { hasText: 'Round 3' })
+  if (!(await round3.getAttribute('class')).includes('is-active')) await round3.click()
+  await page.locator('[data-test=round-3] [data-test=update-rejected]').waitFor({ state: 'visible', timeout: 5000 })
+  check(failures, (await page.locator('[data-test=round-3] [data-test=update-accepted]').count()) === 2, 'round 3 should show 2 accepted updates')
+  check(failures, (await page.locator('[data-test=round-3] tr.rejected-row').count()) === 1, 'round 3 should highlight 1 rejected update')
+  check(failures, (await page.locator('[data-test=round-3] [data-test=round-transactions]').innerText()).includes('finalizeRound'), 'round 3 lacks its finalizeRound transaction')
+  await page.waitForTimeout(400)
+  await shots.shot(page, 'mocked-job')
+
+  current = 'dataset page'
+  await page.goto(`${baseUrl}/datasets/1`)
+  await settled(page, '[data-test=dataset-page]')
+  check(failures, (await page.locator('[data-test=budget-spent]').innerText()) === '2.25', 'the budget gauge shows the wrong spent epsilon')
+  check(failures, (await page.locator('[data-test=budget-gauge] canvas').count()) > 0, 'the budget gauge is not drawn')
+  check(failures, (await page.locator('[data-test=budget-spends]').innerText()).includes('2.250'), 'the jobs that spent the budget are missing')
+  await shots.shot(page, 'mocked-dataset')
+
+  current = 'models page'
+  await page.goto(`${baseUrl}/models`)
+  await settled(page, '[data-test=models-page]')
+  check(failures, (await page.locator('[data-test=models-table] .el-tag--success', { hasText: 'verified' }).count()) === 2, 'model hashes not shown as verified')
+  const [download] = await Promise.all([page.waitForEvent('download'), page.locator('[data-test=models-table] button', { hasText: 'Download' }).first().click()])
+  check(failures, download.suggestedFilename() === 'defl-job7-round3.safetensors', `unexpected download name ${download.suggestedFilename()}`)
+  await page.locator('[data-test=predict-form] textarea').fill('0.1,0.2,0.3')
+  await page.locator('[data-test=predict-submit]').click()
+  await page.locator('[data-test=predict-result]').waitFor({ timeout: 10000 })
+  check(failures, (await page.locator('[data-test=predict-result]').innerText()).includes('Prediction: 7'), 'the prediction is not shown')
+  await shots.shot(page, 'mocked-models')
+
+  current = 'job page at tablet width'
+  await page.setViewportSize({ width: 820, height: 1180 })
+  await page.goto(`${baseUrl}/jobs/7`)
+  await settled(page, '[data-test=job-page]')
+  await page.waitForTimeout(400)
+  await shots.shot(page, 'mocked-job-tablet')
+} catch (error) {
+  failures.push(`${current}: ${error.message.split('\n')[0]}`)
+  await shots.shot(page, 'mocked-failure').catch(() => {})
+} finally {
+  await browser.close()
+}
+
+failures.push(...errors)
+for (const failure of failures) console.error(`FAIL ${failure}`)
+console.log(JSON.stringify({ ok: failures.length === 0, failures, screenshots: shots.taken.length }))
+process.exit(failures.length ? 1 : 0)
