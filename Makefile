@@ -6,9 +6,14 @@ STAMPS := .stamps
 
 .PHONY: demo test lint setup bench clean
 
-setup: $(STAMPS)/venv $(STAMPS)/npm
+setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/npm
 
-$(STAMPS)/venv: requirements.txt requirements-dev.txt
+$(STAMPS)/system: scripts/system-deps.sh
+	@mkdir -p $(STAMPS)
+	bash scripts/system-deps.sh
+	touch $@
+
+$(STAMPS)/venv: requirements.txt requirements-dev.txt $(STAMPS)/system
 	@mkdir -p $(STAMPS)
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
