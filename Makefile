@@ -16,7 +16,6 @@ $(STAMPS)/system: scripts/system-deps.sh
 $(STAMPS)/venv: requirements.txt requirements-dev.txt $(STAMPS)/system
 	@mkdir -p $(STAMPS)
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned to the local CPU wheel; installed first so nothing can pull a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements-dev.txt
