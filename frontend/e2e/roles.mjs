@@ -59,6 +59,13 @@ try {
     }
     check(failures, (await page.locator('[data-test=role]').innerText()).trim() === role, `${role}: header shows the wrong role`)
 
+    if (role === 'viewer') {
+      // The main menu is reachable and usable from the keyboard.
+      current = `${role} keyboard menu`
+      await page.locator('.el-menu-item', { hasText: 'Jobs' }).focus()
+      await page.keyboard.press('Enter')
+      await page.waitForURL((url) => url.pathname === '/jobs', { timeout: 20000 })
+    }
     await visit(role, 'overview', '/', '[data-test=overview-page]')
     await visit(role, 'datasets', '/datasets', '[data-test=datasets-page]')
     const mayUpload = role !== 'viewer'
