@@ -46,7 +46,8 @@ MEASURED_MODES = (*GRAD_SAMPLE_MODES, "ghost")
 CONFIGS = [
     ("cnn b64", {}, 64),
     ("cnn b128", {}, 128),
-    ("cnn+groupnorm b128", {"groups": 4}, 128),
+    ("cnn without groupnorm b64", {"groups": 0}, 64),
+    ("cnn without groupnorm b128", {"groups": 0}, 128),
 ]
 
 

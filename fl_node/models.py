@@ -6,7 +6,7 @@ Built-ins are chosen to train well under DP-SGD (Abadi et al. 2016):
   gradient norms small, so less is lost to clipping (Papernot et al. 2021,
   "Tempered Sigmoid Activations for Deep Learning with Differential Privacy").
 * ``cnn`` -- the strided tanh CNN of Papernot et al. 2021 / Opacus's MNIST example,
-  with optional GroupNorm instead of BatchNorm: BatchNorm mixes examples in a batch,
+  with GroupNorm (not BatchNorm): BatchNorm mixes examples in a batch,
   which breaks per-example gradients, so Opacus refuses it.
 * ``text`` -- a large ``nn.Embedding`` table, mean pooling and a linear head
   (fastText-style, Joulin et al. 2017): the embedding-heavy workload.
@@ -130,13 +130,15 @@ def cnn(
     channels: tuple[int, int] = (16, 32),
     hidden: int = 32,
     act: str = "tanh",
-    groups: int = 0,
+    groups: int = 4,
 ) -> nn.Module:
     """Two strided convolutions, max-pooling, two linear layers.
 
     Large strides keep the unfolded activations small, and those are what
-    per-example convolution gradients cost. ``groups > 0`` adds GroupNorm after
-    each convolution.
+    per-example convolution gradients cost. GroupNorm with ``groups`` groups
+    follows each convolution (0 turns it off): normalising per example is
+    compatible with DP-SGD and trains better under noise (De et al. 2022,
+    "Unlocking High-Accuracy Differentially Private Image Classification through Scale").
     """
     in_channels, height, width = _image_shape(input_shape)
     first, second = channels

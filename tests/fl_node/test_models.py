@@ -41,8 +41,9 @@ def test_builtin_image_models_forward(name):
 def test_cnn_on_digits_and_with_group_norm():
     small = create_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=0)
     assert small(torch.rand(2, 1, 8, 8)).shape == (2, 10)
-    normed = create_model("cnn", seed=0, groups=4, **IMAGE)
-    assert any(isinstance(m, nn.GroupNorm) for m in normed.modules())
+    assert any(isinstance(m, nn.GroupNorm) for m in small.modules())
+    plain = create_model("cnn", seed=0, groups=0, **IMAGE)
+    assert not any(isinstance(m, nn.GroupNorm) for m in plain.modules())
 
 
 def test_text_model_has_large_embedding():
