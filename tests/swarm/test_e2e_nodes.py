@@ -6,6 +6,7 @@ The steps share one cluster and run in order (one test per step of the story).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -147,6 +148,20 @@ def test_encrypted_blob_round_trip_and_nodes_see_only_ciphertext(cluster, tmp_pa
     for node in cluster["nodes"]:
         for path in _chunk_files(node):
             assert marker[:32] not in path.read_bytes()
+
+
+def test_management_commands_put_get_stat_repair(cluster, tmp_path):
+    b, c = cluster["nodes"][1], cluster["nodes"][2]
+    src, out = tmp_path / "small.bin", tmp_path / "small.out"
+    src.write_bytes(os.urandom(3 << 20))
+    reference = b.manage("swarm", "put", str(src), "--encrypt").stdout.strip().splitlines()[-1]
+    assert len(reference) == 128
+    c.manage("swarm", "get", reference, str(out))
+    assert out.read_bytes() == src.read_bytes()
+    usage = json.loads(c.manage("swarm", "stat").stdout)["usage"]
+    assert usage["chunks"] > 0 and usage["bytes"] > 0
+    report = json.loads(c.manage("swarm", "repair").stdout.strip().splitlines()[-1])
+    assert report["lost"] == 0
 
 
 def test_unsigned_unregistered_and_replayed_peer_requests_are_refused(cluster):
