@@ -74,7 +74,7 @@ async function uploadDataset(page, baseUrl, file, index) {
   await page.locator('[data-test=upload-submit]').click()
   // The progress bar shows while the file goes up (small files may finish before we look).
   await page.locator('[data-test=upload-progress]').waitFor({ timeout: 10000 }).catch(() => {})
-  const error = page.locator('[data-test=upload-error] .el-alert__title')
+  const error = page.locator('[data-test=upload-error] .el-alert__title, [data-test=upload-form] .el-form-item__error').first()
   await Promise.race([page.waitForURL(/\/datasets\/[^/]+$/, { timeout: 120000 }), error.waitFor({ timeout: 120000 })])
   if (await error.count()) throw new Error(`the upload was refused: ${await error.innerText()}`)
   await settled(page, '[data-test=dataset-page]')
@@ -100,7 +100,7 @@ async function createJob(page, baseUrl, dataset) {
   await fillNumber(page, 'Round deadline (seconds)', config.roundTimeout)
   await shots.shot(page, 'node0-job-form')
   await page.locator('[data-test=job-submit]').click()
-  const error = page.locator('[data-test=job-error] .el-alert__title')
+  const error = page.locator('[data-test=job-error] .el-alert__title, [data-test=job-form] .el-form-item__error').first()
   await Promise.race([page.waitForURL(/\/jobs\/\d[^/]*$/, { timeout: 120000 }), error.waitFor({ timeout: 120000 })])
   if (await error.count()) throw new Error(`the job was refused: ${await error.innerText()}`)
   await settled(page, '[data-test=job-page]')

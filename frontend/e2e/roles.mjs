@@ -70,6 +70,22 @@ try {
     await visit(role, 'datasets', '/datasets', '[data-test=datasets-page]')
     const mayUpload = role !== 'viewer'
     check(failures, (await page.locator('[data-test=upload-form]').count()) === (mayUpload ? 1 : 0), `${role}: upload form ${mayUpload ? 'missing' : 'offered'}`)
+    if (role === 'provider') {
+      // The API's 400 for a bad upload shows next to the field it concerns.
+      current = `${role} upload error`
+      const before = consoleErrors.length
+      await page.locator('input[data-test=file-input]').setInputFiles({ name: 'tiny.csv', mimeType: 'text/csv', buffer: Buffer.from('a,b,label\n1,2,0\n3,4,1\n') })
+      await page.locator('input[data-test=label-input]').fill('no-such-column')
+      await page.locator('[data-test=upload-submit]').click()
+      const fieldError = page.locator('.el-form-item.is-error .el-form-item__error').first()
+      await fieldError.waitFor({ timeout: 20000 })
+      check(failures, (await fieldError.innerText()).includes('no-such-column'), `${role}: the upload error does not name the bad column`)
+      await shots.shot(page, `${role}-upload-error`)
+      // That 400 is the expected answer, not a fault of the page.
+      const expected = consoleErrors.slice(before).filter((error) => error.includes('status of 400'))
+      check(failures, expected.length === 1, `${role}: expected one 400 response for the bad upload`)
+      consoleErrors.splice(before, consoleErrors.length - before, ...consoleErrors.slice(before).filter((error) => !error.includes('status of 400')))
+    }
     const firstDataset = page.locator('[data-test=datasets-table] a').first()
     if (await firstDataset.count()) {
       const href = await firstDataset.getAttribute('href')

@@ -39,8 +39,18 @@ describe('DatasetUploadForm', () => {
     expect(errorIn(wrapper, 'label_column').text()).toBe('no column named "label"')
     expect(errorIn(wrapper, 'name').text()).toBe('a dataset with this name exists')
     expect(errorIn(wrapper, 'epsilon_cap').exists()).toBe(false)
-    expect(wrapper.find('[data-test=upload-error]').text()).toContain('no column named "label"')
+    // The detail only repeats the first field error, so it is not shown twice.
+    expect(wrapper.find('[data-test=upload-error]').exists()).toBe(false)
     expect(wrapper.find('[data-test=upload-progress]').exists()).toBe(false)
+    wrapper.unmount()
+  })
+
+  it('shows an error that concerns no field above the submit button', async () => {
+    api.uploadDataset.mockRejectedValue(new ApiError(409, 'this dataset is stored already'))
+    const wrapper = mount(DatasetUploadForm, { attachTo: document.body })
+    await fillAndSubmit(wrapper)
+    expect(wrapper.find('[data-test=upload-error]').text()).toContain('this dataset is stored already')
+    expect(wrapper.findAll('.el-form-item.is-error')).toHaveLength(0)
     wrapper.unmount()
   })
 
