@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/swarm/", include("backend.swarm.urls")),
+    path("api/", include("backend.jobs.urls")),
     path("api/", include("backend.api_urls")),
     path("", include("backend.web.urls")),  # the dashboard SPA catch-all: keep it the last entry
 ]

@@ -7,6 +7,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from backend.jobs.agent_command import add_run_parser, run_agent
 from backend.nodes import overview
 from backend.nodes.accounts import api_token, create_or_update_user
 from backend.nodes.identity import NodeKeyError, account_from_settings, create_keystore
@@ -25,7 +26,7 @@ class Command(BaseCommand):
     help = "Bootstrap this node (init), show its state (status), or add a user with a role (adduser)."
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{init,status,adduser}")
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{init,status,adduser,run}")
 
         init = sub.add_parser("init", help="create (or import) the node key and register the node on chain")
         init.add_argument(
@@ -45,7 +46,11 @@ class Command(BaseCommand):
             help="read the password from environment variable VAR (else: token only)",
         )
 
+        add_run_parser(sub)
+
     def handle(self, *args, subcommand: str, **options):
+        if subcommand == "run":
+            return run_agent(self, **options)
         {"init": self.init, "status": self.status, "adduser": self.adduser}[subcommand](**options)
 
     # ------------------------------------------------------------------ init

@@ -1,0 +1,95 @@
+"""The jobs app's calls to the chain, named in one file (the ledger's client does the RPC).
+
+Reads that decide whether an action is still due go to the contract itself (``participant``,
+``job_state``), so a task never acts twice even when the event mirror lags behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from django.db import IntegrityError
+
+from backend.ledger import errors as ledger_errors
+from backend.ledger.resources import JobSpec, JobState, ParticipantInfo, RoundPhase, TxReceipt
+
+__all__ = ["ledger_errors", "JobSpec", "JobState", "ParticipantInfo", "RoundPhase", "TxReceipt"]
+
+
+def _hex32(value: str) -> bytes:
+    return bytes.fromhex(value.removeprefix("0x"))
+
+
+def propose_job(ctx, spec: JobSpec) -> TxReceipt:
+    return ctx.ledger.client.transact(ctx.ledger.fl.encode("proposeJob", spec.as_abi()))
+
+
+def join(ctx, job_id: int, dataset_id: int) -> TxReceipt:
+    return ctx.ledger.fl.join(job_id, dataset_id)
+
+
+def start(ctx, job_id: int, committee: Sequence[str]) -> TxReceipt:
+    return ctx.ledger.fl.start_job(job_id, committee)
+
+
+def cancel(ctx, job_id: int) -> TxReceipt:
+    return ctx.ledger.fl.cancel(job_id)
+
+
+def submit_update(
+    ctx, job_id: int, round_: int, reference: str, content_hash: str, samples: int
+) -> TxReceipt:
+    return ctx.ledger.fl.submit_update(job_id, round_, _hex32(reference), _hex32(content_hash), samples)
+
+
+def submit_scores(ctx, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
+    return ctx.ledger.fl.submit_scores(job_id, round_, scores)
+
+
+def finalize(ctx, job_id: int, round_: int) -> TxReceipt:
+    return ctx.ledger.fl.finalize_round(job_id, round_)
+
+
+def propose_model(ctx, job_id: int, round_: int, reference: str, model_hash: str) -> TxReceipt:
+    return ctx.ledger.fl.propose_global_model(job_id, round_, _hex32(reference), _hex32(model_hash))
+
+
+def confirm_model(ctx, job_id: int, round_: int, model_hash: str) -> TxReceipt:
+    return ctx.ledger.fl.confirm_global_model(job_id, round_, _hex32(model_hash))
+
+
+def participant(ctx, job_id: int) -> ParticipantInfo:
+    return ctx.ledger.fl.get_participant(job_id, ctx.address)
+
+
+def job_state(ctx, job_id: int) -> JobState:
+    return ctx.ledger.fl.get_job(job_id)
+
+
+def chain_time(ctx) -> int:
+    """Seconds as the contract will see them: the latest block's timestamp, or the clock when later.
+
+    A chain that mines only on transactions (anvil, eth-tester) has an old latest block while
+    idle; the next block takes the wall clock, which is what a deadline check will meet.
+    """
+    block = ctx.ledger.client.read(lambda: ctx.ledger.client.w3.eth.get_block("latest"))
+    return max(int(block["timestamp"]), int(time.time()))
+
+
+def sync_mirror(ctx) -> None:
+    """Run the event indexer once (it alone writes the mirror tables)."""
+    from backend.ledger.indexer import EventIndexer
+
+    indexer = EventIndexer(ctx.ledger.client, ctx.ledger.deployment, confirmations=_confirmations())
+    try:
+        indexer.sync()
+    except IntegrityError:
+        # Another process stored the same events at the same moment; the next pass resumes.
+        pass
+
+
+def _confirmations() -> int:
+    from django.conf import settings
+
+    return settings.DEFL_CONFIRMATIONS

@@ -1,0 +1,181 @@
+"""A job's configuration: validated, serialized canonically, and turned into training settings.
+
+Plain Python (no Django): the same bytes are stored in the swarm store by the proposer
+and fetched and re-checked by every node that joins, so the encoding is canonical
+(sorted keys, no whitespace) and ``from_bytes`` refuses anything that does not
+re-encode to the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+from fl_node.aggregate import get_strategy
+from fl_node.models import create_model
+from fl_node.privacy import UpdateGaussianMechanism, calibrate_noise
+from fl_node.train import TrainConfig
+
+VERSION = "defl-job/1"
+DP_MODES = ("none", "sgd", "update")
+SCORE_METRICS = ("accuracy", "likelihood")
+MAX_COMMITTEE = 16  # FederatedLearning.MAX_COMMITTEE
+
+
+class ConfigError(ValueError):
+    """A job configuration value is unusable; ``field`` names it (dotted for dp.*)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    mode: str = "sgd"
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+    max_grad_norm: float = 1.0
+
+    @property
+    def private(self) -> bool:
+        return self.mode != "none"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str
+    model: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    schema_hash: str  # the datasets' schema hash: only datasets with this schema may join
+    rounds: int
+    local_epochs: int = 1
+    batch_size: int = 64
+    lr: float = 0.1
+    momentum: float = 0.5
+    strategy: str = "fedavg"
+    strategy_params: dict = field(default_factory=dict)
+    model_options: dict = field(default_factory=dict)
+    dp: DPConfig = field(default_factory=DPConfig)
+    committee_size: int = 2
+    top_k: int = 3
+    min_trainers: int = 2
+    round_timeout_s: int = 300
+    score_timeout_s: int = 120
+    join_timeout_s: int = 3600
+    val_fraction: float = 0.2
+    score_metric: str = "accuracy"
+    seed: int = 0
+    version: str = VERSION
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name.strip()), "name", "a job needs a name")
+        _check(self.rounds >= 1, "rounds", "must be at least 1")
+        _check(self.rounds < 2**16, "rounds", "must be below 65536")
+        _check(self.local_epochs >= 1, "local_epochs", "must be at least 1")
+        _check(self.batch_size >= 1, "batch_size", "must be at least 1")
+        _check(_positive(self.lr), "lr", "must be a positive number")
+        _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
+        _check(1 <= self.committee_size <= MAX_COMMITTEE, "committee_size", f"must be 1..{MAX_COMMITTEE}")
+        _check(1 <= self.top_k < 256, "top_k", "must be 1..255")
+        _check(1 <= self.min_trainers < 2**16, "min_trainers", "must be at least 1")
+        _check(self.round_timeout_s >= 1, "round_timeout_s", "must be at least 1 second")
+        _check(self.score_timeout_s >= 1, "score_timeout_s", "must be at least 1 second")
+        _check(self.join_timeout_s >= 1, "join_timeout_s", "must be at least 1 second")
+        _check(0 < self.val_fraction < 1, "val_fraction", "must be between 0 and 1")
+        _check(self.score_metric in SCORE_METRICS, "score_metric", f"must be one of {SCORE_METRICS}")
+        _check(self.num_classes >= 2, "num_classes", "a classifier needs at least 2 classes")
+        _check(all(d >= 1 for d in self.input_shape) and self.input_shape != (), "input_shape", "bad shape")
+        dp = self.dp
+        _check(dp.mode in DP_MODES, "dp.mode", f"must be one of {', '.join(DP_MODES)}")
+        if dp.private:
+            _check(
+                dp.target_epsilon is not None and _positive(dp.target_epsilon),
+                "dp.target_epsilon",
+                "a private job needs a positive target epsilon",
+            )
+            _check(0 < dp.delta < 1, "dp.delta", "must be between 0 and 1 (exclusive)")
+            _check(_positive(dp.max_grad_norm), "dp.max_grad_norm", "must be a positive number")
+        try:
+            get_strategy(self.strategy, **self.strategy_params)
+        except ValueError as exc:
+            raise ConfigError("strategy", str(exc)) from None
+
+    # ------------------------------------------------------------------ encoding
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+    @classmethod
+    def from_dict(cls, data: dict) -> JobConfig:
+        data = dict(data)
+        data["input_shape"] = tuple(data["input_shape"])
+        data["dp"] = DPConfig(**data.get("dp", {}))
+        return cls(**data)
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> JobConfig:
+        try:
+            config = cls.from_dict(json.loads(blob))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError("config", f"not a DeFL job configuration: {exc}") from None
+        if config.version != VERSION:
+            raise ConfigError("version", f"unsupported job configuration version {config.version!r}")
+        if config.to_bytes() != bytes(blob):
+            raise ConfigError("config", "the job configuration is not in canonical form")
+        return config
+
+    def as_dict(self) -> dict:
+        return json.loads(self.to_bytes())
+
+    # ------------------------------------------------------------------ derived
+
+    def build_model(self):
+        """The job's architecture with the deterministic initial weights (seeded by the config)."""
+        return create_model(
+            self.model,
+            input_shape=self.input_shape,
+            num_classes=self.num_classes,
+            seed=self.seed,
+            **self.model_options,
+        )
+
+    def train_config(self, seed: int) -> TrainConfig:
+        per_example = self.dp.mode == "sgd"
+        return TrainConfig(
+            batch_size=self.batch_size,
+            epochs=self.local_epochs,
+            lr=self.lr,
+            momentum=self.momentum,
+            proximal_mu=float(self.strategy_params.get("mu", 0.0)) if self.strategy == "fedprox" else 0.0,
+            target_epsilon=self.dp.target_epsilon if per_example else None,
+            delta=self.dp.delta,
+            max_grad_norm=self.dp.max_grad_norm,
+            rounds=self.rounds,
+            seed=seed,
+        )
+
+    def update_mechanism(self) -> UpdateGaussianMechanism | None:
+        """dp.mode "update": clip and noise each whole update; one release per round, no amplification."""
+        if self.dp.mode != "update":
+            return None
+        noise = calibrate_noise(
+            target_epsilon=self.dp.target_epsilon,
+            delta=self.dp.delta,
+            sample_rate=1.0,
+            steps=self.rounds,
+        )
+        return UpdateGaussianMechanism(
+            clip_norm=self.dp.max_grad_norm, noise_multiplier=noise, sampling_fraction=1.0
+        )
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def _check(condition: bool, field_name: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(field_name, message)

@@ -1,0 +1,138 @@
+"""Claiming and running one action: a DB row per (node, job, round, kind) is the claim.
+
+The agent ``offer``s a due action (creates or re-queues its row, then dispatches it); the
+worker ``run``s it only if it wins the queued -> running transition, so two workers never
+do the same action, and a done action is never run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from backend.jobs.driver import aggregator, committee, registrar, trainer
+from backend.jobs.driver.planner import Due
+from backend.jobs.driver.state import ActionError, Outcome
+from backend.jobs.models import RoundAction
+from backend.ledger import models as mirror
+
+logger = logging.getLogger(__name__)
+State = RoundAction.State
+Kind = RoundAction.Kind
+# "Not yet" actions (waiting for a turn, a deadline, the mirror) are offered again this soon.
+WAITING_RECHECK_S = 0.5
+
+
+def offer(ctx, due: Due) -> bool:
+    """Queue ``due`` unless it is done, queued or running (and alive), or failed too recently."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            claim, created = RoundAction.objects.get_or_create(
+                node=ctx.address, job_id=due.job_id, round=due.round, kind=due.kind
+            )
+    except IntegrityError:  # another agent of this node created it at the same moment
+        return False
+    if created:
+        return True
+    age = (now - claim.updated).total_seconds()
+    if claim.state == State.DONE:
+        return False
+    if claim.state in (State.QUEUED, State.RUNNING) and age < ctx.action_lease_s:
+        return False
+    if claim.state == State.WAITING and age < WAITING_RECHECK_S:
+        return False
+    if claim.state == State.FAILED and age < ctx.retry_after_s * min(max(claim.attempts, 1), 12):
+        return False
+    # Conditional update: of two agents re-queuing the same stale row, one wins.
+    return bool(
+        RoundAction.objects.filter(pk=claim.pk, state=claim.state, updated=claim.updated).update(
+            state=State.QUEUED, updated=now
+        )
+    )
+
+
+def _begin(ctx, due: Due) -> RoundAction | None:
+    stale = timezone.now() - timedelta(seconds=ctx.action_lease_s)
+    claim = RoundAction.objects.filter(
+        node=ctx.address, job_id=due.job_id, round=due.round, kind=due.kind
+    ).first()
+    if claim is None:
+        return None
+    taken = (
+        RoundAction.objects.filter(pk=claim.pk)
+        .filter(state=State.QUEUED)
+        .update(state=State.RUNNING, attempts=F("attempts") + 1, updated=timezone.now())
+    )
+    if not taken and claim.state == State.RUNNING and claim.updated < stale:
+        taken = RoundAction.objects.filter(pk=claim.pk, updated=claim.updated).update(
+            attempts=F("attempts") + 1, updated=timezone.now()
+        )
+    if not taken:
+        return None
+    claim.refresh_from_db()
+    return claim
+
+
+def run(ctx, due: Due) -> Outcome | None:
+    """Run a claimed action; None when another worker has it or it is done."""
+    claim = _begin(ctx, due)
+    if claim is None:
+        return None
+    started = time.perf_counter()
+    try:
+        outcome = _perform(ctx, due, claim)
+    except ActionError as exc:
+        outcome = Outcome(False, str(exc))
+    except Exception as exc:
+        logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
+        _finish(claim, State.FAILED, f"{type(exc).__name__}: {exc}", started)
+        return Outcome(False, str(exc))
+    _finish(claim, State.DONE if outcome.done else State.WAITING, outcome.detail, started, outcome)
+    return outcome
+
+
+def _finish(claim: RoundAction, state: str, detail: str, started: float, outcome: Outcome | None = None):
+    claim.state = state
+    claim.detail = detail[:2000]
+    claim.seconds = time.perf_counter() - started
+    if outcome is not None:
+        claim.tx_hash = outcome.tx_hash or claim.tx_hash
+        claim.work_seconds = outcome.work_seconds
+    claim.save(update_fields=["state", "detail", "seconds", "tx_hash", "work_seconds", "updated"])
+
+
+def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
+    from backend.jobs.services import config_of, job_record
+
+    job = mirror.Job.objects.get(job_id=due.job_id)
+    config = config_of(job_record(ctx, due.job_id))
+    if due.kind == Kind.TRAIN:
+
+        def charged() -> None:
+            RoundAction.objects.filter(pk=claim.pk).update(budget_charged=True)
+
+        return trainer.train_round(
+            ctx, job, config, due.round, charged=claim.budget_charged, on_charged=charged
+        )
+    if due.kind == Kind.SCORE:
+        return committee.score_round(ctx, job, config, due.round)
+    if due.kind == Kind.FINALIZE:
+        return committee.finalize_round(ctx, job, due.round)
+    if due.kind == Kind.AGGREGATE:
+        return aggregator.propose_or_confirm(ctx, job, config, due.round, claim.created.timestamp())
+    if due.kind == Kind.REGISTER:
+        return registrar.register_round(ctx, job, config, due.round)
+    raise ValueError(f"unknown action {due.kind!r}")
+
+
+def release_lost_claims(ctx) -> int:
+    """At the start of a node whose actions run in its own process: nothing can still be running."""
+    return RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING)).update(
+        state=State.WAITING
+    )

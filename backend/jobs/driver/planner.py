@@ -1,0 +1,74 @@
+"""Which actions are due for this node: derived from the mirrored chain state alone.
+
+Nothing here acts or remembers; a restarted node re-derives the same list from the chain,
+and every action re-checks the contract before it sends anything.
+
+    round r Training, me not on r's committee, no update from me, before the update deadline -> TRAIN
+    round r Training, me on r's committee, not scored, updates all in or update deadline passed -> SCORE
+    round r Training, every member scored or the score deadline passed                        -> FINALIZE
+    round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
+    GlobalModelFixed for round r, no metrics of mine for r                                    -> REGISTER
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.jobs.driver import state
+from backend.jobs.models import RoundAction, RoundMetric
+from backend.ledger import models as mirror
+
+Kind = RoundAction.Kind
+
+
+@dataclass(frozen=True)
+class Due:
+    job_id: int
+    round: int
+    kind: str
+
+
+def due_actions(address: str, now: float) -> list[Due]:
+    due: list[Due] = []
+    jobs = mirror.Job.objects.filter(participants__node=address).distinct()
+    for job in jobs.filter(status=mirror.Job.Status.RUNNING):
+        due += _round_actions(job, address, now)
+    due += _registrations(address, jobs)
+    return due
+
+
+def _round_actions(job: mirror.Job, address: str, now: float) -> list[Due]:
+    number = job.current_round
+    round_ = job.rounds_set.filter(number=number).first()
+    if round_ is None:
+        return []
+    if round_.status == mirror.Round.Status.AGGREGATING:
+        voted = address in state.voters(job.job_id, number)
+        if address in state.seats(job, number + 1) and not voted:
+            return [Due(job.job_id, number, Kind.AGGREGATE)]
+        return []
+    if round_.status != mirror.Round.Status.TRAINING:
+        return []
+    due = []
+    committee = state.seats(job, number)
+    scored = state.scorers(job.job_id, number)
+    if address not in committee:
+        submitted = job.updates.filter(round=number, trainer=address).exists()
+        if not submitted and now <= round_.update_deadline:
+            due.append(Due(job.job_id, number, Kind.TRAIN))
+    elif address not in scored and now <= round_.score_deadline:
+        trainers = job.participants.count() - job.committee_size
+        all_in = job.updates.filter(round=number).count() >= trainers
+        if all_in or now > round_.update_deadline:
+            due.append(Due(job.job_id, number, Kind.SCORE))
+    if len(scored) >= job.committee_size or now > round_.score_deadline:
+        due.append(Due(job.job_id, number, Kind.FINALIZE))
+    return due
+
+
+def _registrations(address: str, jobs) -> list[Due]:
+    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).values_list("job__job_id", "round")
+    measured = set(RoundMetric.objects.filter(node=address).values_list("job_id", "round"))
+    return [
+        Due(job_id, number, Kind.REGISTER) for job_id, number in fixed if (job_id, number) not in measured
+    ]

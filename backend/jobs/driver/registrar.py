@@ -1,0 +1,45 @@
+"""When a round's global model is fixed: serve it (hot swap) and record this node's metrics."""
+
+from __future__ import annotations
+
+from backend.jobs.config import JobConfig
+from backend.jobs.driver import state, workspace
+from backend.jobs.driver.state import Outcome
+from backend.jobs.models import RoundMetric
+from backend.ledger import models as mirror
+from backend.serving.services import register_global_model
+from fl_node.train import evaluate
+
+
+def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
+    fixed = job.global_models.get(round=round_)
+    data, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
+    register_global_model(
+        job=job.job_id,
+        round=round_,
+        architecture=config.model,
+        input_shape=config.input_shape,
+        num_classes=config.num_classes,
+        reference=fixed.reference.removeprefix("0x"),
+        content_hash=fixed.model_hash.removeprefix("0x"),
+        onchain_hash=fixed.model_hash,
+        options=config.model_options,
+        data=data,
+    )
+    dataset = state.my_dataset(job, ctx.address)
+    _, val = workspace.local_split(dataset, config)
+    model = workspace.scratch_model(config)
+    model.load_state_dict(global_state)
+    metrics = evaluate(model, *val.tensors())
+    RoundMetric.objects.update_or_create(
+        node=ctx.address,
+        job_id=job.job_id,
+        round=round_,
+        defaults=dict(
+            accuracy=metrics["accuracy"],
+            loss=metrics["loss"],
+            epsilon=state.job_epsilon(dataset, job.job_id, config),
+            model_hash=fixed.model_hash,
+        ),
+    )
+    return Outcome(True, f"served; validation accuracy {metrics['accuracy']:.3f}")

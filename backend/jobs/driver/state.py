@@ -1,0 +1,77 @@
+"""Questions about a job's mirrored chain state that several driver steps ask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.datasets.models import Dataset
+from backend.jobs.config import JobConfig
+from backend.ledger import models as mirror
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an action ended: done (never run again) or not yet (re-planned), with a sentence why."""
+
+    done: bool
+    detail: str
+    tx_hash: str = ""
+    work_seconds: float | None = None
+
+
+class ActionError(Exception):
+    """An action cannot be carried out now; its message says why (it is retried later)."""
+
+
+def seats(job: mirror.Job, round_: int) -> list[str]:
+    return list(job.committee_seats.filter(round=round_).order_by("seat").values_list("member", flat=True))
+
+
+def base_model(job: mirror.Job, round_: int) -> tuple[str, str]:
+    """(reference, hash) of the global model that round ``round_`` starts from."""
+    if round_ <= 1:
+        return job.initial_model_ref, job.initial_model_hash
+    fixed = job.global_models.filter(round=round_ - 1).first()
+    if fixed is None:
+        raise ActionError(f"the global model of round {round_ - 1} is not indexed yet")
+    return fixed.reference, fixed.model_hash
+
+
+def fl_events(job_id: int, name: str, round_: int):
+    return mirror.ChainEvent.objects.filter(
+        contract="FederatedLearning", name=name, args__jobId=job_id, args__round=round_
+    )
+
+
+def scorers(job_id: int, round_: int) -> set[str]:
+    return {e.args["member"] for e in fl_events(job_id, "ScoresSubmitted", round_)}
+
+
+def voters(job_id: int, round_: int) -> set[str]:
+    proposers = {e.args["proposer"] for e in fl_events(job_id, "GlobalModelProposed", round_)}
+    return proposers | {e.args["member"] for e in fl_events(job_id, "GlobalModelConfirmed", round_)}
+
+
+def my_dataset(job: mirror.Job, address: str) -> Dataset:
+    participant = job.participants.filter(node=address).first()
+    if participant is None:
+        raise ActionError(f"this node is not a participant of job {job.job_id}")
+    dataset = Dataset.objects.filter(onchain_id=str(participant.dataset_id)).first()
+    if dataset is None:
+        raise ActionError(f"dataset {participant.dataset_id} of job {job.job_id} is not on this node")
+    return dataset
+
+
+def participant_index(job: mirror.Job, address: str) -> int:
+    return job.participants.get(node=address).index
+
+
+def job_epsilon(dataset: Dataset, job_id: int, config: JobConfig) -> float:
+    """Privacy this job spent on the dataset so far (its own history, RDP)."""
+    from fl_node.privacy import PrivacyHistory, rdp_epsilon
+
+    spend = dataset.spends.filter(job=str(job_id)).first()
+    if spend is None or not config.dp.private:
+        return 0.0
+    history = PrivacyHistory.from_json(spend.history)
+    return rdp_epsilon(history, delta=config.dp.delta) if len(history) else 0.0

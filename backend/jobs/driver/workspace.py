@@ -1,0 +1,110 @@
+"""Per-process caches, so that a round does not reload what the previous action just had.
+
+Global models are kept decoded by content hash (training, scoring, aggregating and
+registering the same round reuse one decode), a scratch module per architecture, and
+each dataset's deterministic train / validation split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from backend.jobs import blobs
+from backend.jobs.config import JobConfig
+from fl_node.codec import decode_model, update_spec
+from fl_node.data import ArrayDataset, stratified_split
+
+_lock = threading.Lock()
+
+
+class _Lru:
+    def __init__(self, size: int):
+        self.size = size
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        with _lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        return None
+
+    def put(self, key, value):
+        with _lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+    def clear(self):
+        with _lock:
+            self.items.clear()
+
+
+_models = _Lru(8)  # model hash -> (bytes, state, server_state)
+_splits = _Lru(4)  # (dataset content hash, seed, fraction) -> (train, val)
+_scratch = _Lru(4)  # config bytes -> nn.Module
+
+
+def clear() -> None:
+    for cache in (_models, _splits, _scratch):
+        cache.clear()
+
+
+def remember_model(model_hash: str, data: bytes) -> tuple[bytes, dict, dict]:
+    state, server = decode_model(data)
+    return _models.put(model_hash.removeprefix("0x"), (data, state, server))
+
+
+def global_model(ctx, reference: str, model_hash: str) -> tuple[bytes, dict[str, torch.Tensor], dict]:
+    """(bytes, state, server_state) of a global model, fetched and checked once per process."""
+    key = model_hash.removeprefix("0x")
+    cached = _models.get(key)
+    if cached is not None:
+        return cached
+    return remember_model(key, blobs.get_checked(ctx, reference, key))
+
+
+def scratch_model(config: JobConfig) -> torch.nn.Module:
+    """A module of the job's architecture whose weights callers overwrite (scoring, evaluation)."""
+    key = config.to_bytes()
+    module = _scratch.get(key)
+    if module is None:
+        module = _scratch.put(key, config.build_model())
+    return module
+
+
+def spec_of(state) -> dict:
+    return update_spec(state)
+
+
+def split_seed(content_hash: str, config: JobConfig) -> int:
+    """The validation split depends on the data and the job only, so a restarted node gets the same."""
+    digest = hashlib.sha256(f"{content_hash}:{config.seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def local_split(dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]:
+    """(train, validation) parts of this node's dataset: a deterministic stratified split."""
+    from backend.datasets.services import load_dataset_arrays
+
+    key = (dataset.content_hash, config.seed, config.val_fraction)
+    cached = _splits.get(key)
+    if cached is not None:
+        return cached
+    x, y = load_dataset_arrays(dataset)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    train_idx, val_idx = stratified_split(
+        y, (1.0 - config.val_fraction, config.val_fraction), seed=split_seed(dataset.content_hash, config)
+    )
+    if len(val_idx) == 0 or len(train_idx) == 0:
+        val_idx, train_idx = np.arange(min(1, len(y))), np.arange(min(1, len(y)), len(y))
+    full = ArrayDataset(x, y)
+    return _splits.put(key, (full.subset(np.sort(train_idx)), full.subset(np.sort(val_idx))))

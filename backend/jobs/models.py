@@ -1,0 +1,108 @@
+"""This node's own records about federated jobs. The chain's view lives in backend.ledger.models.
+
+Rows carry the acting node's address, so that one database can serve several node
+identities (the in-process protocol tests do) without their claims colliding.
+"""
+
+from django.db import models
+
+ADDRESS = 42
+
+
+class JobRecord(models.Model):
+    """A job's configuration as this node knows it (proposed here, or fetched by its config hash)."""
+
+    onchain_id = models.PositiveBigIntegerField(unique=True)
+    name = models.CharField(max_length=200)
+    config = models.JSONField(help_text="the canonical job configuration (backend.jobs.config.JobConfig)")
+    config_hash = models.CharField(max_length=66, help_text="swarm reference of the config = configHash")
+    initial_model_ref = models.CharField(max_length=130)
+    initial_model_hash = models.CharField(max_length=66)
+    proposer = models.CharField(max_length=ADDRESS)
+    tx_hash = models.CharField(max_length=80, blank=True, help_text="proposeJob, when proposed here")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-onchain_id"]
+
+    def __str__(self) -> str:
+        return f"job {self.onchain_id} ({self.name})"
+
+
+class Membership(models.Model):
+    """A node joined a job with one of its datasets."""
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = models.PositiveBigIntegerField()
+    dataset = models.ForeignKey("datasets.Dataset", on_delete=models.PROTECT, related_name="+")
+    tx_hash = models.CharField(max_length=80, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "job_id"], name="jobs_one_membership")]
+
+
+class RoundAction(models.Model):
+    """The claim on one action of one round: at most one worker runs it, and it runs once.
+
+    queued (the agent enqueued it) -> running (a worker took it) -> done | waiting | failed.
+    ``waiting``: nothing to do yet (e.g. not this member's turn to propose); the agent
+    re-plans it. A queued or running claim older than the lease is considered lost
+    (its worker died) and may be taken again; the chain's own checks stop a repeat.
+    """
+
+    class Kind(models.TextChoices):
+        TRAIN = "train"
+        SCORE = "score"
+        FINALIZE = "finalize"
+        AGGREGATE = "aggregate"
+        REGISTER = "register"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        WAITING = "waiting"
+        DONE = "done"
+        FAILED = "failed"
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = models.PositiveBigIntegerField()
+    round = models.PositiveIntegerField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    tx_hash = models.CharField(max_length=80, blank=True)
+    detail = models.TextField(blank=True)
+    budget_charged = models.BooleanField(default=False, help_text="train: the round's privacy is charged")
+    seconds = models.FloatField(null=True, help_text="wall time of the last run")
+    work_seconds = models.FloatField(null=True, help_text="of which local training (trainer actions)")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "job_id", "round", "kind"], name="jobs_one_action")
+        ]
+        indexes = [models.Index(fields=["node", "job_id", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.job_id} round {self.round}: {self.state}"
+
+
+class RoundMetric(models.Model):
+    """What this node measured once a round's global model was fixed."""
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = models.PositiveBigIntegerField()
+    round = models.PositiveIntegerField()
+    accuracy = models.FloatField()
+    loss = models.FloatField()
+    epsilon = models.FloatField(help_text="privacy spent by this job on this node's dataset so far")
+    model_hash = models.CharField(max_length=66)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "job_id", "round"], name="jobs_one_metric_per_round")
+        ]
+        ordering = ["job_id", "round"]

@@ -1,0 +1,153 @@
+"""What the jobs API shows, read from the mirror of the chain (and this node's own records).
+
+Rounds, committees, updates, scores and transactions come from the event indexer's tables
+only, so the API's history of a job is exactly the chain's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from backend.jobs.models import JobRecord, Membership, RoundAction, RoundMetric
+from backend.ledger import models as mirror
+
+CONFIG_FIELDS = (
+    "model",
+    "rounds",
+    "local_epochs",
+    "batch_size",
+    "lr",
+    "strategy",
+    "dp",
+    "committee_size",
+    "top_k",
+    "min_trainers",
+    "round_timeout_s",
+    "score_timeout_s",
+    "input_shape",
+    "num_classes",
+)
+
+
+def job_payload(job: mirror.Job, record: JobRecord | None, node: str) -> dict:
+    config = record.config if record else {}
+    membership = Membership.objects.filter(node=node, job_id=job.job_id).first()
+    latest = job.global_models.order_by("-round").first()
+    return {
+        "id": job.job_id,
+        "onchain_id": job.job_id,
+        "name": record.name if record else "",
+        "status": job.status,
+        "current_round": job.current_round,
+        **{name: config.get(name) for name in CONFIG_FIELDS},
+        "rounds": job.rounds,
+        "committee_size": job.committee_size,
+        "top_k": job.top_k,
+        "min_trainers": job.min_trainers,
+        "proposer": job.proposer,
+        "config_hash": job.config_hash,
+        "config": config or None,
+        "tx_hash": record.tx_hash if record else "",
+        "created": record.created.isoformat() if record else None,
+        "participants": [
+            {"node": p.node, "dataset": p.dataset_id, "index": p.index}
+            for p in job.participants.order_by("index")
+        ],
+        "committee": _seats(job, job.current_round),
+        "global_model": {"round": latest.round, "hash": latest.model_hash, "reference": latest.reference}
+        if latest
+        else None,
+        "joined": {"dataset": membership.dataset_id, "tx_hash": membership.tx_hash} if membership else None,
+    }
+
+
+def _seats(job: mirror.Job, round_: int) -> list[str]:
+    return list(job.committee_seats.filter(round=round_).order_by("seat").values_list("member", flat=True))
+
+
+def committee_payload(job: mirror.Job) -> list[dict]:
+    by_round = defaultdict(list)
+    for seat in job.committee_seats.order_by("round", "seat"):
+        by_round[seat.round].append(seat.member)
+    return [{"round": number, "members": members} for number, members in sorted(by_round.items())]
+
+
+def _phase(round_: mirror.Round, job: mirror.Job) -> str:
+    if round_.status == mirror.Round.Status.TRAINING:
+        if job.status == mirror.Job.Status.CANCELLED:
+            return "cancelled"
+        return "training"
+    return round_.status
+
+
+def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
+    events = mirror.ChainEvent.objects.filter(contract="FederatedLearning", args__jobId=job.job_id)
+    transactions = defaultdict(list)
+    update_tx = {}
+    for event in events.order_by("block_number", "log_index"):
+        number = event.args.get("round")
+        if number is None:
+            continue
+        transactions[number].append(
+            {"name": event.name, "tx_hash": event.tx_hash, "block": event.block_number}
+        )
+        if event.name == "UpdateSubmitted":
+            update_tx[(number, event.args["trainer"])] = (event.tx_hash, event.block_number)
+    scores = defaultdict(dict)
+    for score in job.scores.all():
+        scores[(score.round, score.trainer)][score.member] = score.score
+    models = {m.round: m for m in job.global_models.all()}
+    metrics = {m.round: m for m in RoundMetric.objects.filter(node=node, job_id=job.job_id)}
+    timings = _timings(job.job_id, node)
+    out = []
+    for round_ in job.rounds_set.order_by("number"):
+        number = round_.number
+        fixed = models.get(number)
+        metric = metrics.get(number)
+        out.append(
+            {
+                "round": number,
+                "phase": _phase(round_, job),
+                "committee": _seats(job, number),
+                "next_committee": _seats(job, number + 1) if round_.finalized_block else [],
+                "update_deadline": round_.update_deadline,
+                "score_deadline": round_.score_deadline,
+                "global_model": {
+                    "reference": fixed.reference,
+                    "hash": fixed.model_hash,
+                    "proposer": fixed.proposer,
+                }
+                if fixed
+                else None,
+                "metrics": {"accuracy": metric.accuracy, "loss": metric.loss, "epsilon": metric.epsilon}
+                if metric
+                else None,
+                "updates": [
+                    {
+                        "trainer": u.trainer,
+                        "index": u.index,
+                        "reference": u.reference,
+                        "content_hash": u.content_hash,
+                        "samples": u.samples,
+                        "scores": scores.get((number, u.trainer), {}),
+                        "median": u.median,
+                        "rank": u.rank,
+                        "accepted": u.accepted,
+                        "tx_hash": update_tx.get((number, u.trainer), ("", None))[0],
+                        "block": update_tx.get((number, u.trainer), ("", None))[1],
+                    }
+                    for u in job.updates.filter(round=number).order_by("index")
+                ],
+                "transactions": transactions.get(number, []),
+                "timings": timings.get(number, {}),
+            }
+        )
+    return out
+
+
+def _timings(job_id: int, node: str) -> dict[int, dict]:
+    """This node's seconds per action and round (training time apart): for the overhead benchmark."""
+    out: dict[int, dict] = defaultdict(dict)
+    for action in RoundAction.objects.filter(node=node, job_id=job_id, seconds__isnull=False):
+        out[action.round][action.kind] = {"seconds": action.seconds, "work_seconds": action.work_seconds}
+    return out

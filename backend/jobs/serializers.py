@@ -1,0 +1,70 @@
+"""Shapes of the job endpoints' requests. Field checks here; the rules of a job in config.py."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from backend.jobs.config import DP_MODES
+from fl_node.aggregate import available_strategies
+from fl_node.models import available_models
+
+
+class DPSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=DP_MODES)
+    target_epsilon = serializers.FloatField(required=False, allow_null=True, min_value=0.0)
+    delta = serializers.FloatField(required=False, default=1e-5, min_value=0.0, max_value=1.0)
+    max_grad_norm = serializers.FloatField(required=False, default=1.0, min_value=0.0)
+
+    def validate(self, attrs):
+        if attrs["mode"] != "none":
+            epsilon = attrs.get("target_epsilon")
+            if epsilon is None or epsilon <= 0:
+                raise serializers.ValidationError(
+                    {"target_epsilon": ["a private job needs a target epsilon > 0"]}
+                )
+            if not 0 < attrs["delta"] < 1:
+                raise serializers.ValidationError({"delta": ["must be between 0 and 1 (exclusive)"]})
+            if attrs["max_grad_norm"] <= 0:
+                raise serializers.ValidationError({"max_grad_norm": ["must be greater than 0"]})
+        return attrs
+
+
+class JobCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    model = serializers.ChoiceField(choices=available_models())
+    model_options = serializers.DictField(required=False, default=dict)
+    dataset = serializers.IntegerField(
+        help_text="this node's dataset that defines the schema (input shape, classes)"
+    )
+    rounds = serializers.IntegerField(min_value=1, max_value=10_000)
+    local_epochs = serializers.IntegerField(min_value=1, max_value=1_000, default=1)
+    batch_size = serializers.IntegerField(min_value=1, max_value=65_536, default=64)
+    lr = serializers.FloatField(min_value=0.0, default=0.1)
+    strategy = serializers.ChoiceField(choices=available_strategies(), default="fedavg")
+    strategy_params = serializers.DictField(required=False, default=dict)
+    dp = DPSerializer()
+    committee_size = serializers.IntegerField(min_value=1, max_value=16)
+    top_k = serializers.IntegerField(min_value=1, max_value=255)
+    min_trainers = serializers.IntegerField(min_value=1, max_value=200)
+    round_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600)
+    score_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
+    join_timeout_s = serializers.IntegerField(min_value=1, max_value=30 * 24 * 3600, required=False)
+    val_fraction = serializers.FloatField(min_value=0.01, max_value=0.9, required=False)
+    seed = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+
+    def validate_lr(self, value: float) -> float:
+        if value <= 0:
+            raise serializers.ValidationError("must be greater than 0")
+        return value
+
+
+class JoinSerializer(serializers.Serializer):
+    dataset = serializers.IntegerField(help_text="this node's dataset (id) that it brings to the job")
+
+
+class StartSerializer(serializers.Serializer):
+    committee = serializers.ListField(
+        child=serializers.RegexField(r"^0x[0-9a-fA-F]{40}$"),
+        required=False,
+        help_text="the first committee (participants, in seat order); default: the first joined",
+    )

@@ -1,0 +1,264 @@
+"""Job flows behind the REST API: create (config + initial model -> swarm -> chain), join, start, cancel.
+
+Each flow checks what it can before any external step and undoes its stored blobs when the
+chain refuses. The mirror tables are written by the event indexer, which each flow runs
+once after its transaction so that the API shows the new state at once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from eth_utils import to_checksum_address
+
+from backend.api.errors import Conflict, InvalidInput, NotFound
+from backend.datasets.budget import budget_ledger
+from backend.datasets.models import Dataset
+from backend.jobs import blobs, chain
+from backend.jobs.config import ConfigError, DPConfig, JobConfig
+from backend.jobs.driver import workspace
+from backend.jobs.models import JobRecord, Membership
+from backend.ledger import models as mirror
+from fl_node.codec import content_hash, encode_model
+from fl_node.privacy import PrivacyBudgetExceeded
+from fl_node.train import plan_round
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- create
+
+
+def build_config(request: dict, dataset: Dataset) -> JobConfig:
+    """The job configuration of a create request; the schema comes from the proposer's dataset."""
+    dp = dict(request.get("dp") or {"mode": "none"})
+    try:
+        config = JobConfig(
+            name=request["name"],
+            model=request["model"],
+            input_shape=tuple(dataset.feature_shape),
+            num_classes=len(dataset.classes),
+            schema_hash=dataset.schema_hash,
+            rounds=request["rounds"],
+            local_epochs=request["local_epochs"],
+            batch_size=request["batch_size"],
+            lr=request["lr"],
+            strategy=request["strategy"],
+            strategy_params=request.get("strategy_params") or {},
+            model_options=request.get("model_options") or {},
+            dp=DPConfig(**dp),
+            committee_size=request["committee_size"],
+            top_k=request["top_k"],
+            min_trainers=request["min_trainers"],
+            round_timeout_s=request["round_timeout_s"],
+            score_timeout_s=request.get("score_timeout_s") or max(30, request["round_timeout_s"] // 2),
+            join_timeout_s=request.get("join_timeout_s") or 3600,
+            val_fraction=request.get("val_fraction") or 0.2,
+            seed=request.get("seed") or 0,
+        )
+    except ConfigError as exc:
+        raise InvalidInput(str(exc), field=exc.field) from None
+    try:
+        config.build_model()
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(
+            f"cannot build model {config.model!r} for this data: {exc}", field="model"
+        ) from None
+    return config
+
+
+def create_job(ctx, request: dict) -> JobRecord:
+    dataset = own_dataset(request["dataset"])
+    config = build_config(request, dataset)
+    config_bytes = config.to_bytes()
+    model_bytes = encode_model({k: v.detach().clone() for k, v in config.build_model().state_dict().items()})
+    config_ref = blobs.put(ctx, config_bytes)
+    model_ref = blobs.put(ctx, model_bytes)
+    model_hash = content_hash(model_bytes)
+    spec = chain.JobSpec(
+        # The config's swarm reference is its content address: any node fetches the config
+        # from the hash on chain alone, and the store verifies every chunk against it.
+        config_hash=bytes.fromhex(config_ref),
+        initial_model_ref=bytes.fromhex(model_ref),
+        initial_model_hash=bytes.fromhex(model_hash),
+        rounds=config.rounds,
+        committee_size=config.committee_size,
+        top_k=config.top_k,
+        min_trainers=config.min_trainers,
+        join_deadline=chain.chain_time(ctx) + config.join_timeout_s,
+        train_period=config.round_timeout_s,
+        score_period=config.score_timeout_s,
+    )
+    try:
+        receipt = chain.propose_job(ctx, spec)
+    except BaseException:
+        blobs.unpin_quietly(ctx, config_ref)
+        blobs.unpin_quietly(ctx, model_ref)
+        raise
+    job_id = receipt.event("JobProposed").args["jobId"]
+    record, _ = JobRecord.objects.update_or_create(
+        onchain_id=job_id,
+        defaults=dict(
+            name=config.name,
+            config=config.as_dict(),
+            config_hash="0x" + config_ref,
+            initial_model_ref="0x" + model_ref,
+            initial_model_hash="0x" + model_hash,
+            proposer=ctx.address,
+            tx_hash=receipt.tx_hash,
+        ),
+    )
+    workspace.remember_model(model_hash, model_bytes)
+    chain.sync_mirror(ctx)
+    return record
+
+
+def own_dataset(pk) -> Dataset:
+    dataset = Dataset.objects.filter(pk=pk).first()
+    if dataset is None:
+        raise InvalidInput(f"this node has no dataset {pk}", field="dataset")
+    return dataset
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def job_record(ctx, job_id: int) -> JobRecord:
+    """This node's record of a job, fetching its config from the swarm store the first time."""
+    record = JobRecord.objects.filter(onchain_id=job_id).first()
+    if record is not None:
+        return record
+    job = mirror.Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise NotFound(f"no job {job_id} on chain (or not indexed yet)")
+    return discover(ctx, job)
+
+
+def discover(ctx, job: mirror.Job) -> JobRecord:
+    """Fetch and check a job's configuration by the config hash on chain, and keep it."""
+    blob = blobs.get(ctx, job.config_hash)
+    try:
+        config = JobConfig.from_bytes(blob)
+    except ConfigError as exc:
+        raise Conflict(f"job {job.job_id}'s configuration is unusable: {exc}") from None
+    record, _ = JobRecord.objects.get_or_create(
+        onchain_id=job.job_id,
+        defaults=dict(
+            name=config.name,
+            config=config.as_dict(),
+            config_hash=job.config_hash,
+            initial_model_ref=job.initial_model_ref,
+            initial_model_hash=job.initial_model_hash,
+            proposer=job.proposer,
+        ),
+    )
+    return record
+
+
+def config_of(record: JobRecord) -> JobConfig:
+    return JobConfig.from_dict(record.config)
+
+
+def mirrored_job(job_id: int) -> mirror.Job:
+    job = mirror.Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise NotFound(f"no job {job_id} on chain (or not indexed yet)")
+    return job
+
+
+# ----------------------------------------------------------------------------- join
+
+
+def projected_epsilon(dataset: Dataset, config: JobConfig) -> float:
+    """The dataset's epsilon after every round of this job (RDP-composed with what it spent)."""
+    ledger = budget_ledger(dataset)
+    if not config.dp.private:
+        raise InvalidInput(
+            "this job trains without differential privacy (dp.mode none): it would spend an "
+            "unbounded privacy budget of the dataset, so no dataset may join it",
+            field="dataset",
+        )
+    if config.dp.mode == "update":
+        mechanism = config.update_mechanism()
+        return ledger.check(noise_multiplier=mechanism.noise_multiplier, sample_rate=1.0, steps=config.rounds)
+    train, _ = workspace.local_split(dataset, config)
+    plan = plan_round(len(train), config.train_config(seed=0))
+    return ledger.check(
+        noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=config.rounds * plan.steps
+    )
+
+
+def join_job(ctx, job_id: int, dataset_pk) -> Membership:
+    chain.sync_mirror(ctx)
+    job = mirrored_job(job_id)
+    if job.status != mirror.Job.Status.OPEN:
+        raise Conflict(f"job {job_id} is {job.status}, not open for joining")
+    if Membership.objects.filter(node=ctx.address, job_id=job_id).exists():
+        raise Conflict(f"this node has joined job {job_id} already")
+    dataset = own_dataset(dataset_pk)
+    if not dataset.onchain_id:
+        raise InvalidInput("the dataset is not registered on chain, so it cannot join a job", field="dataset")
+    config = config_of(job_record(ctx, job_id))
+    if dataset.schema_hash != config.schema_hash:
+        raise InvalidInput(
+            f"the dataset's schema (features {dataset.feature_shape}, {len(dataset.classes)} classes) "
+            "does not match the job's",
+            field="dataset",
+        )
+    try:
+        projected_epsilon(dataset, config)
+    except PrivacyBudgetExceeded as exc:
+        raise InvalidInput(
+            f"joining job {job_id} would exceed the privacy budget of dataset {dataset.name!r}: "
+            f"its {config.rounds} rounds would bring epsilon to {exc.requested_epsilon:.3g} "
+            f"(already spent {exc.spent_epsilon:.3g}, cap {exc.cap_epsilon:.3g})",
+            field="dataset",
+        ) from None
+    receipt = chain.join(ctx, job_id, int(dataset.onchain_id))
+    membership = Membership.objects.create(
+        node=ctx.address, job_id=job_id, dataset=dataset, tx_hash=receipt.tx_hash
+    )
+    chain.sync_mirror(ctx)
+    return membership
+
+
+# ----------------------------------------------------------------------------- start / cancel
+
+
+def start_job(ctx, job_id: int, committee: list[str] | None = None) -> str:
+    chain.sync_mirror(ctx)
+    job = mirrored_job(job_id)
+    if job.proposer != ctx.address:
+        raise Conflict(f"only the job's proposer ({job.proposer}) can start it")
+    if job.status != mirror.Job.Status.OPEN:
+        raise Conflict(f"job {job_id} is {job.status}, not open")
+    participants = list(job.participants.order_by("index").values_list("node", flat=True))
+    needed = job.committee_size + job.min_trainers
+    if len(participants) < needed:
+        raise Conflict(
+            f"job {job_id} has {len(participants)} participants; it needs {needed} "
+            f"({job.committee_size} on the committee and at least {job.min_trainers} trainers)"
+        )
+    if committee is None:
+        committee = participants[: job.committee_size]
+    else:
+        committee = [to_checksum_address(member) for member in committee]
+    if len(set(committee)) != job.committee_size or not set(committee) <= set(participants):
+        raise InvalidInput(
+            f"the committee must be {job.committee_size} distinct participants of the job", field="committee"
+        )
+    receipt = chain.start(ctx, job_id, committee)
+    chain.sync_mirror(ctx)
+    return receipt.tx_hash
+
+
+def cancel_job(ctx, job_id: int) -> str:
+    chain.sync_mirror(ctx)
+    job = mirrored_job(job_id)
+    if job.proposer != ctx.address:
+        raise Conflict(f"only the job's proposer ({job.proposer}) can cancel it")
+    if job.status not in (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING):
+        raise Conflict(f"job {job_id} is {job.status} already")
+    receipt = chain.cancel(ctx, job_id)
+    chain.sync_mirror(ctx)
+    return receipt.tx_hash

@@ -1,0 +1,19 @@
+"""Celery tasks of the round driver. Eager (in-process) without a broker; a worker on Redis with one."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from backend.jobs.context import current_node
+from backend.jobs.driver import actions
+from backend.jobs.driver.planner import Due
+
+
+@shared_task(name="jobs.run_action", ignore_result=True)
+def run_action(job_id: int, round_: int, kind: str) -> str:
+    outcome = actions.run(current_node(), Due(job_id, round_, kind))
+    return "skipped" if outcome is None else outcome.detail
+
+
+def dispatch(due: Due) -> None:
+    run_action.delay(due.job_id, due.round, due.kind)

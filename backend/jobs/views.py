@@ -1,0 +1,81 @@
+"""Job endpoints: thin views over backend.jobs.services (writes) and readmodel (reads)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from backend.api.errors import NotFound
+from backend.api.permissions import OperatorWrites
+from backend.jobs import readmodel, services
+from backend.jobs.context import current_node
+from backend.jobs.models import JobRecord
+from backend.jobs.serializers import JobCreateSerializer, JoinSerializer, StartSerializer
+from backend.ledger import models as mirror
+
+
+def _node():
+    return current_node()
+
+
+class JobViewSet(viewsets.ViewSet):
+    """Jobs on chain as this node sees them. Operators write; every role reads."""
+
+    permission_classes = [OperatorWrites]
+    lookup_value_regex = r"\d+"
+
+    def _job(self, pk) -> mirror.Job:
+        job = mirror.Job.objects.filter(job_id=int(pk)).first()
+        if job is None:
+            raise NotFound(f"no job {pk} on chain (or not indexed yet)")
+        return job
+
+    def _payload(self, job: mirror.Job) -> dict:
+        record = JobRecord.objects.filter(onchain_id=job.job_id).first()
+        return readmodel.job_payload(job, record, _node().address)
+
+    def list(self, request):
+        jobs = mirror.Job.objects.order_by("-job_id")[:500]
+        return Response([self._payload(job) for job in jobs])
+
+    def retrieve(self, request, pk=None):
+        return Response(self._payload(self._job(pk)))
+
+    @extend_schema(request=JobCreateSerializer)
+    def create(self, request):
+        form = JobCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        record = services.create_job(_node(), form.validated_data)
+        return Response(self._payload(self._job(record.onchain_id)), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=JoinSerializer)
+    @action(detail=True, methods=["post"])
+    def join(self, request, pk=None):
+        form = JoinSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        services.join_job(_node(), int(pk), form.validated_data["dataset"])
+        return Response(self._payload(self._job(pk)))
+
+    @extend_schema(request=StartSerializer)
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        form = StartSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        tx_hash = services.start_job(_node(), int(pk), form.validated_data.get("committee"))
+        return Response(self._payload(self._job(pk)) | {"start_tx_hash": tx_hash})
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        tx_hash = services.cancel_job(_node(), int(pk))
+        return Response(self._payload(self._job(pk)) | {"cancel_tx_hash": tx_hash})
+
+    @action(detail=True, methods=["get"])
+    def rounds(self, request, pk=None):
+        return Response(readmodel.rounds_payload(self._job(pk), _node().address))
+
+    @action(detail=True, methods=["get"])
+    def committee(self, request, pk=None):
+        return Response(readmodel.committee_payload(self._job(pk)))

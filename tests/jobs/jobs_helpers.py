@@ -1,0 +1,104 @@
+"""Several node identities in one process: one in-process chain, one chunk store, one database.
+
+Each ``Node`` is a NodeContext (its own key and ledger client). ``acting_as`` routes the
+datasets app's ledger access and the jobs API's ``_node`` to one node. The nodes share the
+chunk store (a stand-in for the swarm) and the database: their own rows are keyed by
+address, and the chain's mirror is the same for all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import numpy as np
+
+CLASSES = tuple(str(i) for i in range(10))
+
+
+@dataclass
+class Node:
+    ctx: object
+    account: object
+
+
+def make_nodes(count: int, seed: str, **ctx_options) -> list[Node]:
+    from backend.jobs.context import NodeContext
+    from backend.ledger.chains import ensure_funds, new_in_process_chain
+    from backend.ledger.client import ChainClient
+    from backend.ledger.deployment import Ledger, deploy_contracts
+    from backend.ledger.devnet import bootstrap_consortium, dev_account
+    from backend.swarm.factory import node_swarm
+
+    w3 = new_in_process_chain()
+    accounts = [dev_account(i, seed) for i in range(count)]
+    for account in accounts:
+        ensure_funds(w3, account.address)
+    clients = [ChainClient(w3, account) for account in accounts]
+    deployment = deploy_contracts(clients[0])
+    ledgers = [Ledger(client, deployment) for client in clients]
+    bootstrap_consortium(ledgers, [f"http://n{i}.test" for i in range(count)])
+    swarm = node_swarm()
+    options = {"proposer_fallback_s": 60.0, "retry_after_s": 0.0} | ctx_options
+    return [
+        Node(NodeContext(address=a.address, ledger=lg, swarm=swarm, **options), a)
+        for a, lg in zip(accounts, ledgers, strict=True)
+    ]
+
+
+@contextlib.contextmanager
+def acting_as(node: Node, monkeypatch):
+    """Route the datasets app's ledger and the jobs API to ``node`` for the duration."""
+    from backend.jobs import views
+    from backend.nodes import ledger_access
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ledger_access, "node_ledger", lambda: node.ctx.ledger)
+        patch.setattr(views, "_node", lambda: node.ctx)
+        yield node
+
+
+def npz_bytes(x: np.ndarray, y: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, x=x, y=y)
+    return buffer.getvalue()
+
+
+def add_dataset(node: Node, monkeypatch, x, y, *, name: str, epsilon_cap: float = 50.0):
+    from backend.datasets import services
+
+    upload = services.Upload(
+        name=name, format="npz", data=npz_bytes(x, y), epsilon_cap=epsilon_cap, delta=1e-5, classes=CLASSES
+    )
+    with acting_as(node, monkeypatch):
+        return services.create_dataset(upload)
+
+
+def digits_parts(parts: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = bunch.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    return [(x[idx], y[idx]) for idx in np.array_split(order, parts)]
+
+
+def job_request(dataset_id: int, **overrides) -> dict:
+    body = {
+        "name": "digits-dp",
+        "model": "mlp",
+        "dataset": dataset_id,
+        "rounds": 2,
+        "local_epochs": 3,
+        "batch_size": 32,
+        "lr": 0.5,
+        "strategy": "fedavg",
+        "dp": {"mode": "sgd", "target_epsilon": 20.0, "delta": 1e-5, "max_grad_norm": 1.0},
+        "committee_size": 2,
+        "top_k": 2,
+        "min_trainers": 2,
+        "round_timeout_s": 600,
+    }
+    return body | overrides
