@@ -82,7 +82,11 @@ try {
   check(failures, (await page.locator('[data-test=models-table] .el-tag--success', { hasText: 'verified' }).count()) === 2, 'model hashes not shown as verified')
   const [download] = await Promise.all([page.waitForEvent('download'), page.locator('[data-test=models-table] button', { hasText: 'Download' }).first().click()])
   check(failures, download.suggestedFilename() === 'defl-job7-round3.safetensors', `unexpected download name ${download.suggestedFilename()}`)
+  // A sample of the wrong length is refused before it is sent, with a sentence.
   await page.locator('[data-test=predict-form] textarea').fill('0.1,0.2,0.3')
+  await page.locator('[data-test=predict-submit]').click()
+  await page.locator('[data-test=predict-form] .el-form-item__error', { hasText: 'takes 784 values' }).waitFor({ timeout: 5000 })
+  await page.locator('[data-test=predict-form] textarea').fill(JSON.stringify(Array.from({ length: 784 }, (_v, i) => (i % 7) / 7)))
   await page.locator('[data-test=predict-submit]').click()
   await page.locator('[data-test=predict-result]').waitFor({ timeout: 10000 })
   check(failures, (await page.locator('[data-test=predict-result]').innerText()).includes('Prediction: 7'), 'the prediction is not shown')

@@ -1,7 +1,7 @@
 import { describe, it, expect } from 'vitest'
 import { parseTextSample, pixelsToVector, SampleError } from '../src/lib/sampleInput.js'
 import { flattenErrors } from '../src/lib/fieldErrors.js'
-import { normalizePhase, formatScore } from '../src/lib/rounds.js'
+import { effectivePhase, normalizePhase, formatScore } from '../src/lib/rounds.js'
 import { roundMetricsOption } from '../src/charts/options.js'
 
 describe('predict sample parsing', () => {
@@ -39,8 +39,12 @@ describe('API errors and rounds', () => {
   it('maps phase names onto the timeline steps and scores onto percent', () => {
     expect(normalizePhase('Training')).toBe('training')
     expect(normalizePhase('scoring')).toBe('scoring')
-    expect(normalizePhase('finalized')).toBe('finalized')
-    expect(normalizePhase('model_fixed')).toBe('done')
+    expect(normalizePhase('aggregating')).toBe('aggregating')
+    expect(normalizePhase('done')).toBe('done')
+    // On chain scoring happens inside "training"; the first score moves the timeline on.
+    const training = { phase: 'training', updates: [{ scores: {} }] }
+    expect(effectivePhase(training)).toBe('training')
+    expect(effectivePhase({ ...training, updates: [{ scores: { '0xm': 8100 } }] })).toBe('scoring')
     expect(formatScore(8123)).toBe('81.2%')
     expect(formatScore(0.5)).toBe('50.0%')
   })

@@ -1,17 +1,18 @@
 // How a round's phase and a committee score are shown.
+// On chain a round is training (updates, then committee scores) -> aggregating (accepted set
+// fixed, new global model proposed and confirmed) -> done. The dashboard splits training into
+// "training" and "scoring" once the committee's first scores are in.
 export const PHASE_STEPS = [
   { key: 'training', label: 'Training', hint: 'trainers submit updates' },
   { key: 'scoring', label: 'Scoring', hint: 'committee scores updates' },
-  { key: 'finalized', label: 'Finalized', hint: 'accepted set and next committee' },
-  { key: 'aggregating', label: 'Aggregating', hint: 'new global model proposed' },
+  { key: 'aggregating', label: 'Aggregating', hint: 'accepted set fixed, new model proposed' },
   { key: 'done', label: 'Model fixed', hint: 'global model confirmed on chain' },
 ]
 
 const SYNONYMS = [
   [/^(open|opened|train|training|submitting|submit)/, 'training'],
   [/^(scor|committee|evaluat)/, 'scoring'],
-  [/^(finali[sz]|decided|closed)/, 'finalized'],
-  [/^(aggregat|propos|confirm)/, 'aggregating'],
+  [/^(finali[sz]|decided|aggregat|propos|confirm)/, 'aggregating'],
   [/^(done|fixed|complete|finished|model_fixed)/, 'done'],
 ]
 
@@ -21,8 +22,14 @@ export function normalizePhase(phase) {
   return text || 'unknown'
 }
 
-export function phaseIndex(phase) {
-  return PHASE_STEPS.findIndex((step) => step.key === normalizePhase(phase))
+export function effectivePhase(round) {
+  const phase = normalizePhase(round?.phase)
+  const scored = (round?.updates || []).some((update) => Object.keys(update.scores || {}).length)
+  return phase === 'training' && scored ? 'scoring' : phase
+}
+
+export function phaseIndex(round) {
+  return PHASE_STEPS.findIndex((step) => step.key === effectivePhase(round))
 }
 
 export function isFailedPhase(phase) {
