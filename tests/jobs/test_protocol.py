@@ -1,0 +1,144 @@
+"""The decentralized round protocol, five node identities on one chain: two rounds end to end.
+
+Each node's agent tick (index, plan, run its due actions) is driven in turn, as five agent
+processes would run side by side. Node 4 flips its labels (the DEFL_ATTACK test hook); the
+committee's scores must keep its updates out. The API's rounds must equal the chain's events.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
+
+from backend.jobs.driver import actions, agent, aggregator, workspace
+from backend.jobs.models import RoundAction, RoundMetric
+from backend.ledger.abi import EventDecoder
+from backend.serving.models import GlobalModel
+
+pytestmark = pytest.mark.django_db
+
+ATTACKER = 4
+
+
+def run_until(nodes, monkeypatch, done, *, limit_s: float = 150.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, "the federation did not get there in time"
+        for node in nodes:
+            with acting_as(node, monkeypatch):
+                agent.tick(node.ctx, lambda due, node=node: actions.run(node.ctx, due))
+
+
+def chain_rounds(ledger, job_id: int) -> dict[int, dict]:
+    """The job's history straight from the chain's logs (not from the indexer's tables)."""
+    client = ledger.client
+    decoder = EventDecoder()
+    logs = client.get_logs([ledger.deployment.address("FederatedLearning")], 0, client.block_number())
+    rounds: dict[int, dict] = {}
+    for event in filter(None, map(decoder.decode, logs)):
+        args = event.args
+        if args.get("jobId") != job_id or "round" not in args:
+            continue
+        r = rounds.setdefault(args["round"], {"updates": {}, "scores": {}, "accepted": None, "model": None})
+        if event.name == "UpdateSubmitted":
+            r["updates"][args["trainer"]] = (args["contentHash"], args["samples"], event.tx_hash)
+        elif event.name == "ScoresSubmitted":
+            for trainer, score in zip(args["trainers"], args["scores"], strict=True):
+                r["scores"].setdefault(trainer, {})[args["member"]] = score
+        elif event.name == "RoundFinalized":
+            r["accepted"] = args["accepted"]
+            r["medians"] = dict(zip(args["ranking"], args["medians"], strict=True))
+            r["next"] = args["nextCommittee"]
+        elif event.name == "GlobalModelFixed":
+            r["model"] = args["modelHash"]
+    return rounds
+
+
+def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch):
+    nodes = make_nodes(5, seed="jobs-protocol")
+    nodes[ATTACKER].ctx = type(nodes[0].ctx)(**{**nodes[ATTACKER].ctx.__dict__, "attack": "label_flip"})
+    datasets = [
+        add_dataset(node, monkeypatch, x, y, name=f"digits-{i}")
+        for i, (node, (x, y)) in enumerate(zip(nodes, digits_parts(5), strict=True))
+    ]
+    with acting_as(nodes[0], monkeypatch):
+        job = operator_client.post("/api/jobs", job_request(datasets[0].pk), format="json").json()
+    job_id = job["id"]
+    for node, dataset in zip(nodes, datasets, strict=True):
+        with acting_as(node, monkeypatch):
+            response = operator_client.post(
+                f"/api/jobs/{job_id}/join", {"dataset": dataset.pk}, format="json"
+            )
+            assert response.status_code == 200, response.content
+    with acting_as(nodes[0], monkeypatch):
+        response = operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json")
+        assert response.status_code == 200, response.content
+        assert response.json()["committee"] == [nodes[0].ctx.address, nodes[1].ctx.address]
+
+    fl = nodes[0].ctx.ledger.fl
+    # Round 1 up to its finalization, then "restart" every node: caches and claims in flight are
+    # lost, and the agents catch up from the chain alone.
+    run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1 or fl.get_job(job_id).round > 1)
+    workspace.clear()
+    aggregator._results.clear()
+    for node in nodes:
+        actions.release_lost_claims(node.ctx)
+    finished = 3
+    run_until(
+        nodes,
+        monkeypatch,
+        lambda: (
+            fl.get_job(job_id).status == finished and RoundMetric.objects.filter(job_id=job_id).count() == 10
+        ),
+    )
+
+    history = chain_rounds(nodes[0].ctx.ledger, job_id)
+    attacker = nodes[ATTACKER].ctx.address
+    assert sorted(history) == [1, 2]
+    for number, r in history.items():
+        assert attacker in r["updates"], f"round {number}: the attacker trained"
+        assert attacker not in r["accepted"], f"round {number}: the label flipper was accepted"
+        assert len(r["accepted"]) == 2 and r["model"]
+
+    with acting_as(nodes[0], monkeypatch):
+        rounds = operator_client.get(f"/api/jobs/{job_id}/rounds").json()
+        status = operator_client.get(f"/api/jobs/{job_id}").json()
+    assert status["status"] == "finished" and status["current_round"] == 2
+    assert [r["round"] for r in rounds] == [1, 2]
+    for api_round in rounds:
+        chain_round = history[api_round["round"]]
+        assert api_round["phase"] == "done"
+        assert api_round["global_model"]["hash"] == chain_round["model"]
+        assert {
+            u["trainer"]: (u["content_hash"], u["samples"], u["tx_hash"]) for u in api_round["updates"]
+        } == (chain_round["updates"])
+        assert {u["trainer"]: u["scores"] for u in api_round["updates"]} == chain_round["scores"]
+        assert {u["trainer"]: u["median"] for u in api_round["updates"]} == chain_round["medians"]
+        assert [u["trainer"] for u in api_round["updates"] if u["accepted"]] == sorted(
+            chain_round["accepted"], key=lambda t: [u["trainer"] for u in api_round["updates"]].index(t)
+        )
+        assert {"UpdateSubmitted", "ScoresSubmitted", "RoundFinalized", "GlobalModelFixed"} <= {
+            t["name"] for t in api_round["transactions"]
+        }
+        assert api_round["metrics"]["accuracy"] > 0.3
+
+    # Round 2's committee is round 1's best trainers; the attacker was never elected.
+    assert rounds[1]["committee"] == history[1]["next"] and attacker not in history[1]["next"]
+    # Every node served the final model and measured every round; trainers spent privacy, on chain too.
+    assert GlobalModel.objects.filter(job=str(job_id)).count() == 2
+    assert RoundMetric.objects.filter(job_id=job_id).count() == 10
+    data = nodes[0].ctx.ledger.data
+    for node, dataset in zip(nodes, datasets, strict=True):
+        epsilon = RoundMetric.objects.get(node=node.ctx.address, job_id=job_id, round=2).epsilon
+        assert 0 < epsilon <= 20.0 + 1e-6
+        assert data.privacy_spent_by_job(int(dataset.onchain_id), job_id) > 0
+
+    # Idempotent: more ticks find nothing to do, and no action ran twice.
+    before = RoundAction.objects.count()
+    for node in nodes:
+        with acting_as(node, monkeypatch):
+            assert agent.tick(node.ctx, lambda due: pytest.fail(f"{due} offered again")) == []
+    assert RoundAction.objects.count() == before
+    assert not RoundAction.objects.exclude(state=RoundAction.State.DONE).exists()
