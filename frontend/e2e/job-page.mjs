@@ -53,6 +53,7 @@ try {
   current = 'job page'
   await settled(page, '[data-test=job-page]')
   await page.evaluate(() => (window.__deflNotReloaded = true))
+  check(failures, (await page.locator('.el-menu-item:visible').count()) === 4, 'the main menu does not show its four pages')
   check(failures, (await page.locator('[data-test=current-phase]').innerText()) === 'scoring', 'round 3 should be scoring first')
   // Polling moves the page on: round 3's model is fixed, then round 4 opens.
   await page.locator('[data-test=current-phase]', { hasText: 'training' }).waitFor({ timeout: 20000 })

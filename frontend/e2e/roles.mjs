@@ -58,6 +58,7 @@ try {
       await page.waitForURL((url) => url.pathname === '/datasets', { timeout: 20000 })
     }
     check(failures, (await page.locator('[data-test=role]').innerText()).trim() === role, `${role}: header shows the wrong role`)
+    check(failures, (await page.locator('.el-menu-item:visible').count()) === 4, `${role}: the main menu does not show its four pages`)
 
     if (role === 'viewer') {
       // The main menu is reachable and usable from the keyboard.
