@@ -4,11 +4,14 @@ Throughput counts the parameter bytes read: 10 updates x 40 MB = 400 MB per
 aggregation. The goal for FedAvg is >= 1 GB/s on a 2-core machine. The last
 printed line is one JSON object.
 
-Run from the repository root: ``.venv/bin/python bench/aggregate.py``.
+Run from the repository root: ``.venv/bin/python bench/aggregate.py [--threads N]``. On a
+shared 2-core machine ``--threads 1`` gives steadier figures: torch's intra-op threads
+stall whenever another process holds a core.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -46,6 +49,11 @@ def best_time(run, repeats: int = REPEATS) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
     global_state = {name: torch.randn(shape, generator=generator) for name, shape in SHAPES.items()}
     updates = [
@@ -90,6 +98,7 @@ def main() -> None:
     results["fedavg_vs_memcpy"] = round(results["fedavg_gb_per_s"] / results["memcpy_gb_per_s"], 3)
     results["fedavg_vs_naive"] = round(results["fedavg_gb_per_s"] / results["naive_stack_fedavg_gb_per_s"], 3)
     results["goal_gb_per_s"] = 1.0
+    results["torch_threads"] = torch.get_num_threads()
     print(json.dumps(results, sort_keys=True))
 
 
