@@ -86,6 +86,17 @@ try {
       const expected = consoleErrors.slice(before).filter((error) => error.includes('status of 400'))
       check(failures, expected.length === 1, `${role}: expected one 400 response for the bad upload`)
       consoleErrors.splice(before, consoleErrors.length - before, ...consoleErrors.slice(before).filter((error) => !error.includes('status of 400')))
+      // Corrected, the upload goes through (encrypted, stored) and opens the dataset's page.
+      current = `${role} upload`
+      const rows = Array.from({ length: 40 }, (_v, i) => `${(i * 0.37 + Math.random()).toFixed(4)},${((i * 7) % 11) / 11},${i % 2}`)
+      await page.locator('input[data-test=file-input]').setInputFiles({ name: 'e2e-roles.csv', mimeType: 'text/csv', buffer: Buffer.from(`a,b,label\n${rows.join('\n')}\n`) })
+      await page.locator('input[data-test=label-input]').fill('label')
+      await page.locator('[data-test=upload-submit]').click()
+      await page.locator('[data-test=upload-progress]').waitFor({ timeout: 10000 })
+      await page.waitForURL(/\/datasets\/\d+$/, { timeout: 60000 })
+      await settled(page, '[data-test=dataset-page]')
+      await page.goto(`${baseUrl}/datasets`)
+      await settled(page, '[data-test=datasets-page]')
     }
     const firstDataset = page.locator('[data-test=datasets-table] a').first()
     if (await firstDataset.count()) {

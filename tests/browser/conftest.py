@@ -1,7 +1,7 @@
 """A real node process for the browser tests: fresh data dir, migrated database, one user per role.
 
 The node is ``manage.py runserver --noreload`` on a free port with the embedded defaults
-(SQLite, in-process tasks); the dashboard it serves is the build in frontend/dist.
+(SQLite, in-process tasks, in-process chain); the dashboard it serves is the build in frontend/dist.
 """
 
 from __future__ import annotations
@@ -95,10 +95,19 @@ def node_server(tmp_path_factory, browser_prerequisites) -> Node:
     )
     subprocess.run([*manage, "shell", "-c", create_users], cwd=REPO, env=env, check=True, timeout=300)
 
+    # With no DEFL_CHAIN_URL the chain is in-process: it lives and dies with the server process,
+    # so the node registers itself (as `node init` would) in that same process, then serves.
+    serve = (
+        "from django.core.management import call_command\n"
+        "from backend.nodes.identity import node_account\n"
+        "from backend.nodes.registration import register_node_on_chain\n"
+        "print(register_node_on_chain(node_account()), flush=True)\n"
+        f"call_command('runserver', '--noreload', '127.0.0.1:{port}')\n"
+    )
     log = data_dir / "node.log"
     with log.open("w") as log_file:
         process = subprocess.Popen(
-            [*manage, "runserver", "--noreload", f"127.0.0.1:{port}"],
+            [*manage, "shell", "-c", serve],
             cwd=REPO,
             env=env,
             stdout=log_file,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -11,6 +12,13 @@ from tests.browser.conftest import REPO, run_e2e_script
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 SCREENSHOTS = REPO / "out" / "screenshots"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_screenshots():
+    """The screenshots of this run only (they are the test artifacts to look at)."""
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)
+    SCREENSHOTS.mkdir(parents=True)
 
 
 def test_each_role_sees_every_page_without_console_errors_and_only_what_it_may_do(node_server):
