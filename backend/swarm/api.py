@@ -70,6 +70,7 @@ class Swarm:
         self, source: Source, *, encrypt: bool = False, pin: bool = False, progress: Progress | None = None
     ) -> Reference:
         """Store a blob on the network (each chunk on its R closest nodes) and return its reference."""
+        self.network.refresh()
         sink = ReplicatingSink(
             self.network, batch_bytes=self.batch_bytes, max_inflight_bytes=self.max_inflight_bytes
         )
@@ -84,6 +85,7 @@ class Swarm:
 
     def open(self, reference: Reference | str) -> Iterator[memoryview]:
         """Stream a blob's bytes; every chunk is verified and bad copies are repaired on the way."""
+        self.network.refresh()
         source = NetworkSource(self.network)
         self.last_fetch_stats = source.stats
         return join(_ref(reference), source)
@@ -113,6 +115,7 @@ class Swarm:
 
     # --- pins ----------------------------------------------------------------------------
     def chunk_addresses(self, reference: Reference | str) -> list[bytes]:
+        self.network.refresh()
         return list(walk(_ref(reference), NetworkSource(self.network), self.chunk_size))
 
     def pin(self, reference: Reference | str, *, progress: Callable[[int], None] | None = None) -> int:
@@ -146,6 +149,7 @@ class Swarm:
         )
 
     def node_stat(self) -> NodeStat:
+        self.network.refresh()
         return NodeStat(
             address=self.address,
             replication=self.network.r,
@@ -160,12 +164,14 @@ class Swarm:
         self, reference: Reference | str | None = None, *, progress: Callable[[int], None] | None = None
     ) -> RepairReport:
         """Repair one blob's chunks, or (no reference) everything this node holds."""
+        self.network.refresh()
         if reference is None:
             return repair_node(self.network, self.store, progress=progress)
         return repair_chunks(self.network, self.chunk_addresses(reference), progress=progress)
 
     def gc(self, *, grace_s: float = 3600.0) -> GcResult:
         """Drop unpinned chunks this node is not responsible for (not one of their R closest)."""
+        self.network.refresh()
         me = self.address
 
         def responsible(address: bytes) -> bool:

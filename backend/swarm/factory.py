@@ -1,4 +1,10 @@
-"""Builds this node's swarm objects from the Django settings: the one place that reads them."""
+"""Builds this node's swarm objects from the Django settings: the one place that reads them.
+
+Peers: the ``DEFL_PEERS`` list when it is set; otherwise the members of the chain's
+NodeRegistry when a shared chain is configured (``DEFL_CHAIN_URL``). The embedded
+in-process EVM is private to one process, so it can list no other node: without either,
+the store is this node alone.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +17,33 @@ from backend.swarm.api import Swarm
 from backend.swarm.client import LocalTransport
 from backend.swarm.network import build_network
 from backend.swarm.peers import PeerDirectory, StaticPeerDirectory, parse_peers
+from backend.swarm.registry import LedgerPeerDirectory, Member, chain_members, mirrored_members
 from backend.swarm.signing import MemoryNonceCache, NonceCache
 from backend.swarm.store import ChunkStore
+
+# The indexer's mirror stands in for the chain while it is at most this many blocks behind.
+MIRROR_MAX_LAG_BLOCKS = 5
+REGISTRY_TTL_S = 5.0
 
 
 @lru_cache(maxsize=1)
 def peer_directory() -> PeerDirectory:
-    # The ledger's node registry replaces this once it lands (same interface).
-    return StaticPeerDirectory(parse_peers(settings.DEFL_PEERS))
+    if settings.DEFL_PEERS or not settings.DEFL_CHAIN_URL:
+        return StaticPeerDirectory(parse_peers(settings.DEFL_PEERS))
+    return LedgerPeerDirectory(registry_members, ttl_s=REGISTRY_TTL_S)
+
+
+def registry_members() -> list[Member]:
+    """The NodeRegistry's members: from the indexer's mirror when it is current, else the chain."""
+    from backend.nodes import ledger_access  # late: the ledger is built on first use
+
+    ledger = ledger_access.require_ledger()
+    indexed = ledger_access.indexed_block(ledger)
+    lag = settings.DEFL_CONFIRMATIONS + MIRROR_MAX_LAG_BLOCKS
+    if indexed is not None and indexed >= ledger.deployment.block:
+        if ledger.client.block_number() - indexed <= lag:
+            return mirrored_members()
+    return chain_members(ledger.nodes)
 
 
 @lru_cache(maxsize=1)

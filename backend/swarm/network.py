@@ -2,12 +2,16 @@
 
 A ``Network`` ranks nodes by XOR distance for an address and remembers, for a short
 while, which ones failed, so an upload or download stops asking a node that is down.
+Built from a peer directory, it re-reads the directory (at most every ``refresh_s``, at
+the start of an operation) so nodes that join or leave the registry join or leave the
+placement without a restart.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,16 +39,28 @@ class Network:
         min_replicas: int = 0,
         threads: int = 8,
         down_for_s: float = 15.0,
+        membership: Callable[[], list[Node]] | None = None,
+        refresh_s: float = 10.0,
     ) -> None:
         if not nodes:
             raise ValueError("a network needs at least one node")
         self.nodes = nodes
+        self._membership = membership
+        self.refresh_s = refresh_s
+        self._next_refresh = time.monotonic() + refresh_s
         self.replication = replication
         self._min_replicas = min_replicas
         self.down_for_s = down_for_s
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="swarm")
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Re-read the membership when due; an operation in progress keeps the list it started with."""
+        if self._membership is None or (not force and time.monotonic() < self._next_refresh):
+            return
+        self._next_refresh = time.monotonic() + self.refresh_s
+        self.nodes = self._membership()
 
     @property
     def r(self) -> int:
@@ -105,13 +121,24 @@ def build_network(
 ) -> Network:
     """This node (its own store) plus a signed HTTP client for every other registered node."""
     signer = RequestSigner(private_key)
-    nodes: list[Node] = []
-    me: Node | None = None
-    for peer in directory.peers():
-        if peer.address == signer.address:
-            me = Node(peer, LocalTransport(store), local=True)
-        elif peer.url:
-            nodes.append(Node(peer, PeerClient(peer.url, signer, timeout_s=timeout_s)))
-    # A node always stores into its own store, listed or not (a single node needs no peers).
-    nodes.insert(0, me or Node(Peer(signer.address, ""), LocalTransport(store), local=True))
-    return Network(nodes, replication=replication, min_replicas=min_replicas)
+    local = LocalTransport(store)
+    known: dict[Peer, Node] = {}  # kept across refreshes: a peer keeps its pooled connections
+
+    def membership() -> list[Node]:
+        nodes: list[Node] = []
+        me: Node | None = None
+        current: dict[Peer, Node] = {}
+        for peer in directory.peers():
+            if peer.address == signer.address:
+                me = Node(peer, local, local=True)
+            elif peer.url:
+                node = known.get(peer) or Node(peer, PeerClient(peer.url, signer, timeout_s=timeout_s))
+                current[peer] = node
+                nodes.append(node)
+        known.clear()
+        known.update(current)
+        # A node always stores into its own store, listed or not (a single node needs no peers).
+        nodes.insert(0, me or Node(Peer(signer.address, ""), local, local=True))
+        return nodes
+
+    return Network(membership(), replication=replication, min_replicas=min_replicas, membership=membership)

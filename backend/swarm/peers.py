@@ -1,9 +1,10 @@
 """The nodes that form the store: a ``PeerDirectory`` interface and its configured implementation.
 
-The ledger's node registry will implement the same interface; until then peers come
-from the ``DEFL_PEERS`` setting, a comma-separated list of ``<chain address>@<base URL>``
+The chain's NodeRegistry implements the same interface (registry.py); peers can also
+come from the ``DEFL_PEERS`` setting, a comma-separated list of ``<chain address>@<base URL>``
 entries, e.g. ``0xAbC...@http://127.0.0.1:8101,0xDeF...@http://127.0.0.1:8102``. The
-same list can be given to every node: a node recognises itself by its own address.
+same list can be given to every node: a node recognises itself by its own address
+(``factory.peer_directory`` chooses between the two).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class PeerDirectory(Protocol):
 
 
 class StaticPeerDirectory:
-    """A fixed list of peers: from configuration now, from a test, or a snapshot of the chain."""
+    """A fixed list of peers: from configuration, from a test, or a snapshot of the chain."""
 
     def __init__(self, peers: Iterable[Peer]) -> None:
         self._peers = {p.address: p for p in peers}
