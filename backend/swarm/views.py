@@ -14,6 +14,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FileUploadParser, MultiPartParser
@@ -123,6 +125,36 @@ class BlobStatSerializer(serializers.Serializer):
     pinned_here = serializers.BooleanField()
 
 
+class NodeEntrySerializer(serializers.Serializer):
+    address = serializers.CharField()
+    url = serializers.CharField(allow_blank=True)
+    local = serializers.BooleanField()
+    up = serializers.BooleanField()
+
+
+class StoreUsageSerializer(serializers.Serializer):
+    chunks = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    pinned_chunks = serializers.IntegerField()
+    pinned_bytes = serializers.IntegerField()
+
+
+class NodeStatSerializer(serializers.Serializer):
+    address = serializers.CharField()
+    replication = serializers.IntegerField()
+    nodes = NodeEntrySerializer(many=True)
+    usage = StoreUsageSerializer()
+
+
+_REFERENCE = OpenApiParameter(
+    "reference",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="64 hex characters, or 128 for an encrypted blob (address and key)",
+)
+_BINARY = {"application/octet-stream": OpenApiTypes.BINARY}
+
+
 class _Counter:
     def __init__(self) -> None:
         self.done = 0
@@ -144,6 +176,19 @@ class UploadView(APIView):
 
     parser_classes = [MultiPartParser, FileUploadParser]
 
+    @extend_schema(
+        request={
+            **_BINARY,
+            "multipart/form-data": inline_serializer(
+                "SwarmUploadForm", fields={"file": serializers.FileField()}
+            ),
+        },
+        parameters=[
+            OpenApiParameter("encrypt", OpenApiTypes.BOOL, description="store an encrypted blob"),
+            OpenApiParameter("pin", OpenApiTypes.BOOL, description="keep a full copy on this node"),
+        ],
+        responses={201: UploadResponseSerializer},
+    )
     def post(self, request: Request) -> Response:
         encrypt = _truthy(request.query_params.get("encrypt"))
         pin = _truthy(request.query_params.get("pin"))
@@ -166,6 +211,12 @@ class UploadView(APIView):
 class DownloadView(APIView):
     """GET a blob by reference, streamed (the blob is never held in memory)."""
 
+    @extend_schema(
+        parameters=[_REFERENCE],
+        responses={
+            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the blob")
+        },
+    )
     def get(self, request: Request, reference: str) -> StreamingHttpResponse:
         ref = _parse_ref(reference)
         swarm = factory.node_swarm()
@@ -184,6 +235,7 @@ class DownloadView(APIView):
 class StatView(APIView):
     """GET a blob's size, chunk count and whether it is encrypted or pinned here."""
 
+    @extend_schema(parameters=[_REFERENCE], responses=BlobStatSerializer)
     def get(self, request: Request, reference: str) -> Response:
         stat = factory.node_swarm().stat(_parse_ref(reference))
         return Response(BlobStatSerializer(stat.__dict__).data)
@@ -192,13 +244,13 @@ class StatView(APIView):
 class NodeStatView(APIView):
     """GET this node's store usage (for the dashboard) and the nodes it replicates to."""
 
+    @extend_schema(responses=NodeStatSerializer)
     def get(self, request: Request) -> Response:
         stat = factory.node_swarm().node_stat()
-        return Response(
-            {
-                "address": stat.address,
-                "replication": stat.replication,
-                "nodes": stat.nodes,
-                "usage": stat.usage.__dict__,
-            }
-        )
+        body = {
+            "address": stat.address,
+            "replication": stat.replication,
+            "nodes": stat.nodes,
+            "usage": stat.usage.__dict__,
+        }
+        return Response(NodeStatSerializer(body).data)
