@@ -6,7 +6,7 @@ STAMPS := .stamps
 
 .PHONY: demo test lint setup bench clean
 
-setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/npm
+setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/npm frontend/dist/index.html
 
 $(STAMPS)/system: scripts/system-deps.sh
 	@mkdir -p $(STAMPS)
@@ -26,12 +26,22 @@ $(STAMPS)/npm: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(STAMPS)/frontend-npm: frontend/package.json frontend/package-lock.json
+	@mkdir -p $(STAMPS)
+	npm ci --prefix frontend --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The dashboard's build, served by every node (rebuilt when its sources change).
+frontend/dist/index.html: $(STAMPS)/frontend-npm frontend/index.html frontend/vite.config.js $(shell find frontend/src -type f 2>/dev/null)
+	npm --prefix frontend run build
+
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check fl_node bench backend/ledger tests/contracts tests/ledger
 	node contracts/compile.mjs --check
 
 test: setup lint
+	npm --prefix frontend test
 	$(PY) -m pytest -n 2 --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
