@@ -1,0 +1,73 @@
+"""Deadlines let a round finish without nodes that went away.
+
+Six nodes, a committee of three. One trainer never shows up: the committee scores once the
+update deadline passed. Then the member elected to seat 0 of the next committee goes away
+too: seat 1 proposes after its fallback delay and seat 2 confirms (quorum 2 of 3).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
+
+from backend.jobs import chain
+from backend.jobs.driver import actions, agent
+from backend.ledger import models as mirror
+
+pytestmark = pytest.mark.django_db
+
+
+def run_until(nodes, monkeypatch, done, limit_s: float = 60.0) -> None:
+    """Tick the nodes in turn until ``done`` (checked before every node's tick)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        offered = 0
+        for node in nodes:
+            if done():
+                return
+            with acting_as(node, monkeypatch):
+                offered += len(agent.tick(node.ctx, lambda due, node=node: actions.run(node.ctx, due)))
+        assert time.monotonic() < deadline, "the round did not finish in time"
+        if not offered:
+            # Waiting for a deadline. The in-process chain stamps each block one second after
+            # its parent, so the many set-up blocks put its clock ahead of the wall clock, and
+            # it mines only on transactions: mine empty blocks, as a live chain would.
+            nodes[0].ctx.ledger.client.w3.provider.ethereum_tester.mine_blocks(1)
+            time.sleep(0.05)
+
+
+def test_round_finishes_without_an_absent_trainer_and_an_absent_proposer(operator_client, monkeypatch):
+    nodes = make_nodes(6, seed="jobs-deadlines", proposer_fallback_s=1.0)
+    datasets = [
+        add_dataset(node, monkeypatch, x, y, name=f"digits-{i}")
+        for i, (node, (x, y)) in enumerate(zip(nodes, digits_parts(6), strict=True))
+    ]
+    request = job_request(
+        datasets[0].pk, rounds=1, local_epochs=1, committee_size=3, round_timeout_s=6, score_timeout_s=60
+    )
+    with acting_as(nodes[0], monkeypatch):
+        job_id = operator_client.post("/api/jobs", request, format="json").json()["id"]
+    for node, dataset in zip(nodes, datasets, strict=True):
+        with acting_as(node, monkeypatch):
+            assert (
+                operator_client.post(f"/api/jobs/{job_id}/join", {"dataset": dataset.pk}).status_code == 200
+            )
+    with acting_as(nodes[0], monkeypatch):
+        assert operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json").status_code == 200
+
+    fl = nodes[0].ctx.ledger.fl
+    present = nodes[:5]  # node 5, a trainer, never runs its agent
+    run_until(present, monkeypatch, lambda: fl.get_job(job_id).phase == 1)
+    job = mirror.Job.objects.get(job_id=job_id)
+    assert job.updates.filter(round=1).count() == 2
+    next_committee = fl.committee(job_id)
+    gone = next(node for node in nodes if node.ctx.address == next_committee[0])
+    present = [node for node in present if node is not gone]
+    run_until(present, monkeypatch, lambda: fl.get_job(job_id).status == 3)  # Finished
+
+    chain.sync_mirror(nodes[0].ctx)
+    proposal = mirror.GlobalModelProposal.objects.get(job=job, round=1)
+    assert proposal.proposer == next_committee[1]  # the fallback proposer
+    assert proposal.votes == 2
