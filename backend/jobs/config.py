@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from fl_node.aggregate import get_strategy
-from fl_node.models import create_model
+from fl_node.models import available_models, create_model
 from fl_node.privacy import UpdateGaussianMechanism, calibrate_noise
 from fl_node.train import TrainConfig
 
@@ -72,6 +72,9 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         _check(bool(self.name.strip()), "name", "a job needs a name")
+        # Registered names only: create_model also imports "package.module:Class" paths, which a
+        # configuration fetched from another node must never make this node import and call.
+        _check(self.model in available_models(), "model", f"must be one of {', '.join(available_models())}")
         _check(self.rounds >= 1, "rounds", "must be at least 1")
         _check(self.rounds < 2**16, "rounds", "must be below 65536")
         _check(self.local_epochs >= 1, "local_epochs", "must be at least 1")

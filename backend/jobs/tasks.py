@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from backend.jobs.context import current_node
 from backend.jobs.driver import actions
@@ -17,3 +18,9 @@ def run_action(job_id: int, round_: int, kind: str) -> str:
 
 def dispatch(due: Due) -> None:
     run_action.delay(due.job_id, due.round, due.kind)
+
+
+@worker_ready.connect
+def _release_lost_claims(**_kwargs) -> None:
+    """A node runs one worker process: whatever it was running before it (re)started is lost."""
+    actions.release_lost_claims(current_node())

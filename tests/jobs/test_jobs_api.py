@@ -119,3 +119,20 @@ def _other_schema():
 
     rng = np.random.default_rng(3)
     return rng.random((40, 5)).astype(np.float32), rng.integers(0, 10, 40)
+
+
+def test_a_config_from_another_node_cannot_name_an_importable_model():
+    from backend.jobs.config import ConfigError, DPConfig, JobConfig
+
+    config = JobConfig(
+        name="x",
+        model="mlp",
+        input_shape=(4,),
+        num_classes=2,
+        schema_hash="00",
+        rounds=1,
+        dp=DPConfig("sgd", 1.0),
+    ).as_dict() | {"model": "os:system"}
+    with pytest.raises(ConfigError) as error:
+        JobConfig.from_dict(config)
+    assert error.value.field == "model"
