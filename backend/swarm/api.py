@@ -161,13 +161,21 @@ class Swarm:
         )
 
     def repair(
-        self, reference: Reference | str | None = None, *, progress: Callable[[int], None] | None = None
+        self,
+        reference: Reference | str | None = None,
+        *,
+        verify: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> RepairReport:
-        """Repair one blob's chunks, or (no reference) everything this node holds."""
+        """Repair one blob's chunks, or (no reference) everything this node holds.
+
+        With ``verify`` every responsible node re-hashes its copies (corrupt ones are
+        replaced); without, copies are only checked to exist.
+        """
         self.network.refresh()
         if reference is None:
-            return repair_node(self.network, self.store, progress=progress)
-        return repair_chunks(self.network, self.chunk_addresses(reference), progress=progress)
+            return repair_node(self.network, self.store, verify=verify, progress=progress)
+        return repair_chunks(self.network, self.chunk_addresses(reference), verify=verify, progress=progress)
 
     def gc(self, *, grace_s: float = 3600.0) -> GcResult:
         """Drop unpinned chunks this node is not responsible for (not one of their R closest)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import ParamSpec, Protocol, TypeVar
+from typing import NamedTuple, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import requests
@@ -17,7 +17,14 @@ from requests.adapters import HTTPAdapter
 from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
 from backend.swarm.signing import RequestSigner
 from backend.swarm.store import ChunkStore
-from backend.swarm.wire import batch_digest, decode_addresses, decode_batch, encode_addresses, encode_batch
+from backend.swarm.wire import (
+    batch_digest,
+    decode_address_lists,
+    decode_addresses,
+    decode_batch,
+    encode_addresses,
+    encode_batch,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -25,6 +32,14 @@ R = TypeVar("R")
 PUSH_PATH = "/api/swarm/peer/chunks"
 FETCH_PATH = "/api/swarm/peer/fetch"
 HAS_PATH = "/api/swarm/peer/has"
+VERIFY_PATH = "/api/swarm/peer/verify"
+
+
+class Scrubbed(NamedTuple):
+    """A node's answer to a scrub: copies it re-hashed good, and copies found corrupt (now quarantined)."""
+
+    good: set[bytes]
+    corrupt: set[bytes]
 
 
 class ChunkTransport(Protocol):
@@ -42,6 +57,10 @@ class ChunkTransport(Protocol):
 
     def has(self, addresses: Sequence[bytes]) -> set[bytes]:
         """The addresses the node says it holds."""
+        ...
+
+    def verify(self, addresses: Sequence[bytes]) -> Scrubbed:
+        """Have the node re-read and re-hash its copies of ``addresses`` (a scrub)."""
         ...
 
 
@@ -100,6 +119,12 @@ class PeerClient:
         response = self._post(HAS_PATH, encode_addresses(addresses))
         return set(decode_addresses(response.content))
 
+    @_translate_errors
+    def verify(self, addresses: Sequence[bytes]) -> Scrubbed:
+        response = self._post(VERIFY_PATH, encode_addresses(addresses))
+        good, corrupt = decode_address_lists(response.content)
+        return Scrubbed(set(good), set(corrupt))
+
     def close(self) -> None:
         self.session.close()
 
@@ -131,6 +156,10 @@ class LocalTransport:
 
     def has(self, addresses: Sequence[bytes]) -> set[bytes]:
         return set(self.store.has_many(addresses))
+
+    def verify(self, addresses: Sequence[bytes]) -> Scrubbed:
+        good, corrupt = self.store.verify_many(addresses)
+        return Scrubbed(set(good), set(corrupt))
 
     def close(self) -> None:
         pass

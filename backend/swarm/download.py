@@ -2,7 +2,7 @@
 
 Addresses are fetched in small batches, one request per node per batch, from the
 closest node that is up; a chunk that is missing, corrupt, or whose node fails or times
-out is asked of the next closest node. A node that should hold a chunk (one of its R
+out is asked of the next closest node (nodes marked down last, before giving up). A node that should hold a chunk (one of its R
 closest) but returned nothing or garbage gets the good copy pushed back at once: reads
 repair what they find. Up to ``window`` batches are in flight ahead of the reader.
 """
@@ -57,7 +57,7 @@ class NetworkSource:
     def fetch_batch(self, addresses: Sequence[bytes]) -> dict[bytes, bytes]:
         """Verified chunks for every address, or ``ChunkNotFound`` for the first one no node has."""
         rankings = {a: self.network.ranked(a) for a in addresses}
-        position = dict.fromkeys(addresses, 0)
+        asked: dict[bytes, set[str]] = {a: set() for a in addresses}
         bad: dict[bytes, list[Node]] = {a: [] for a in addresses}
         found: dict[bytes, bytes] = {}
         while len(found) < len(addresses):
@@ -65,20 +65,32 @@ class NetworkSource:
             for address in addresses:
                 if address in found:
                     continue
-                ranking = rankings[address]
-                while position[address] < len(ranking) and not self.network.is_up(ranking[position[address]]):
-                    position[address] += 1
-                if position[address] >= len(ranking):
+                node = self._next(rankings[address], asked[address])
+                if node is None:
                     raise ChunkNotFound(address, "no node returned a valid copy")
-                node = ranking[position[address]]
+                asked[address].add(node.peer.address)
                 plan.setdefault(node.peer.address, (node, []))[1].append(address)
             for node, wanted in plan.values():
                 self._ask(node, wanted, found, bad)
-                for address in wanted:
-                    position[address] += 1
         if self.repair:
             self._push_back(found, bad)
         return found
+
+    def _next(self, ranking: list[Node], asked: set[str]) -> Node | None:
+        """The closest node not asked yet that is up; as a last resort one marked down.
+
+        A node is marked down after one failed request (it may have restarted since, or
+        the failure was a timeout under load), so it is asked again before a chunk is
+        given up as lost.
+        """
+        fallback = None
+        for node in ranking:
+            if node.peer.address in asked:
+                continue
+            if self.network.is_up(node):
+                return node
+            fallback = fallback or node
+        return fallback
 
     def _ask(
         self, node: Node, wanted: list[bytes], found: dict[bytes, bytes], bad: dict[bytes, list[Node]]
@@ -89,6 +101,7 @@ class NetworkSource:
             self.network.mark_down(node)
             self.stats.add(failed_requests=1)
             return
+        self.network.mark_up(node)
         trusted = node.transport.verified_reads
         for address in wanted:
             data = returned.get(address)

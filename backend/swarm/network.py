@@ -88,6 +88,11 @@ class Network:
         with self._lock:
             self._down[node.peer.address] = time.monotonic() + self.down_for_s
 
+    def mark_up(self, node: Node) -> None:
+        if node.peer.address in self._down:  # unlocked peek: the common case takes no lock
+            with self._lock:
+                self._down.pop(node.peer.address, None)
+
     def probe(self) -> list[Node]:
         """Ask every node whether it answers; mark the silent ones down; return those up."""
         up = []

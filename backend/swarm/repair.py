@@ -1,10 +1,13 @@
 """Re-replication: bring every chunk back to R good copies on the R closest live nodes.
 
 Run when a node leaves (its chunks now belong to the next closest node) or a copy was
-found missing or corrupt. ``repair_chunks`` checks a set of addresses; ``repair_node``
-first scrubs this node's own store (reading verifies, and a corrupt file is
-quarantined) and then repairs everything it holds, which is how the store heals
-without a coordinator: each node looks after the chunks it has.
+found missing or corrupt. ``repair_chunks`` checks a set of addresses on each of their
+R closest nodes: by default each node scrubs its copies (re-reads and re-hashes them,
+quarantining corrupt ones: ``ChunkTransport.verify``), so a corrupted replica anywhere
+is found and replaced without waiting for a read to stumble on it; ``verify=False``
+only asks whether the copies exist. ``repair_node`` first scrubs this node's own store
+and then repairs everything it holds, which is how the store heals without a
+coordinator: each node looks after the chunks it has.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from itertools import islice
 
 from backend.swarm.download import NetworkSource
 from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
-from backend.swarm.network import Network
+from backend.swarm.network import Network, Node
 from backend.swarm.store import ChunkStore
 
 
@@ -23,7 +26,8 @@ from backend.swarm.store import ChunkStore
 class RepairReport:
     checked: int = 0
     copies_added: int = 0
-    corrupt_local: int = 0
+    corrupt_local: int = 0  # found by this node's scrub of its whole store
+    corrupt_copies: int = 0  # found by the responsible nodes' scrubs of the repaired chunks
     lost: int = 0  # chunks no live node has a good copy of
 
 
@@ -37,7 +41,9 @@ def repair_chunks(
     network: Network,
     addresses: Iterable[bytes],
     *,
+    verify: bool = True,
     batch: int = 256,
+    verify_batch: int = 32,
     progress: Callable[[int], None] | None = None,
     report: RepairReport | None = None,
 ) -> RepairReport:
@@ -50,7 +56,7 @@ def repair_chunks(
         for node in {n.peer.address: n for ts in targets.values() for n in ts}.values():
             asked = [a for a, ts in targets.items() if node in ts]
             try:
-                held[node.peer.address] = node.transport.has(asked)
+                held[node.peer.address] = _held(node, asked, verify, verify_batch, report)
             except PeerError:
                 network.mark_down(node)
                 held[node.peer.address] = set()
@@ -73,6 +79,20 @@ def repair_chunks(
     return report
 
 
+def _held(
+    node: Node, asked: list[bytes], verify: bool, verify_batch: int, report: RepairReport
+) -> set[bytes]:
+    """The asked chunks the node has a good copy of (re-hashed there when ``verify``)."""
+    if not verify:
+        return node.transport.has(asked)
+    good: set[bytes] = set()
+    for part in _batches(asked, verify_batch):  # a scrub reads every byte: keep requests short
+        scrubbed = node.transport.verify(part)
+        good |= scrubbed.good
+        report.corrupt_copies += len(scrubbed.corrupt)
+    return good
+
+
 def scrub_store(store: ChunkStore) -> int:
     """Read and verify every local chunk; corrupt ones are quarantined. Returns how many."""
     corrupt = 0
@@ -87,11 +107,16 @@ def scrub_store(store: ChunkStore) -> int:
 
 
 def repair_node(
-    network: Network, store: ChunkStore, *, scrub: bool = True, progress: Callable[[int], None] | None = None
+    network: Network,
+    store: ChunkStore,
+    *,
+    scrub: bool = True,
+    verify: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> RepairReport:
     """Scrub this node's store, then re-replicate every chunk it holds or held."""
     report = RepairReport()
     before = list(store.addresses())
     if scrub:
         report.corrupt_local = scrub_store(store)
-    return repair_chunks(network, before, progress=progress, report=report)
+    return repair_chunks(network, before, verify=verify, progress=progress, report=report)

@@ -154,6 +154,27 @@ class ChunkStore:
             raise CorruptChunk(address)
         return data
 
+    def verify_many(self, addresses: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """Scrub: re-read and re-hash the copies held of ``addresses`` on the I/O threads.
+
+        Returns (good, corrupt); corrupt copies are quarantined, so they read as missing.
+        Addresses not held are in neither list.
+        """
+
+        def check(address: bytes) -> bool | None:
+            try:
+                self.get(address)
+            except CorruptChunk:
+                return False
+            except ChunkNotFound:
+                return None
+            return True
+
+        results = list(self._io.map(check, addresses))
+        good = [a for a, ok in zip(addresses, results, strict=True) if ok]
+        corrupt = [a for a, ok in zip(addresses, results, strict=True) if ok is False]
+        return good, corrupt
+
     def get_many(self, addresses: Sequence[bytes]) -> Iterator[bytes]:
         for address in addresses:
             yield self.get(address)

@@ -29,7 +29,14 @@ from backend.swarm.errors import InvalidReference, SignatureError, UnregisteredS
 from backend.swarm.joiner import blob_span
 from backend.swarm.reference import Reference
 from backend.swarm.signing import verify_request
-from backend.swarm.wire import batch_digest, decode_addresses, decode_batch, encode_addresses, encode_batch
+from backend.swarm.wire import (
+    batch_digest,
+    decode_addresses,
+    decode_batch,
+    encode_address_lists,
+    encode_addresses,
+    encode_batch,
+)
 
 PeerView = Callable[[HttpRequest, bytes], HttpResponse]
 
@@ -101,6 +108,16 @@ def peer_fetch(request: HttpRequest, body: bytes) -> HttpResponse:
 def peer_has(request: HttpRequest, body: bytes) -> HttpResponse:
     held = factory.local_store().has_many(decode_addresses(body))
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
+
+
+@peer_signed
+def peer_verify(request: HttpRequest, body: bytes) -> HttpResponse:
+    """Scrub the asked copies (re-read, re-hash); answer with the good and the corrupt ones.
+
+    Corrupt copies are quarantined, so the asking node (repairing) pushes good ones back.
+    """
+    good, corrupt = factory.local_store().verify_many(decode_addresses(body))
+    return HttpResponse(encode_address_lists([good, corrupt]), content_type="application/octet-stream")
 
 
 # --- user API ------------------------------------------------------------------------------

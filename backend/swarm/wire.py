@@ -1,6 +1,7 @@
 """The binary bodies of the peer API: address lists and framed chunk batches.
 
-A batch is a sequence of ``address (32 bytes) || length (4 bytes, big endian) || data``.
+A batch is a sequence of ``address (32 bytes) || length (4 bytes, big endian) || data``;
+a list of address lists (a scrub's answer) is ``count (4 bytes) || addresses`` per list.
 Free of I/O, so the client, the views and the tests share it.
 """
 
@@ -47,6 +48,24 @@ def decode_addresses(body: bytes | memoryview) -> list[bytes]:
     if len(raw) % ADDRESS_SIZE:
         raise ValueError("address list is not a multiple of 32 bytes")
     return [raw[i : i + ADDRESS_SIZE] for i in range(0, len(raw), ADDRESS_SIZE)]
+
+
+def encode_address_lists(lists: Sequence[Sequence[bytes]]) -> bytes:
+    return b"".join(_LEN.pack(len(addresses)) + b"".join(addresses) for addresses in lists)
+
+
+def decode_address_lists(body: bytes | memoryview) -> list[list[bytes]]:
+    raw = bytes(body)
+    lists, offset = [], 0
+    while offset < len(raw):
+        if offset + _LEN.size > len(raw):
+            raise ValueError("truncated address list header")
+        (count,) = _LEN.unpack_from(raw, offset)
+        start, offset = offset + _LEN.size, offset + _LEN.size + count * ADDRESS_SIZE
+        if offset > len(raw):
+            raise ValueError("truncated address list")
+        lists.append([raw[i : i + ADDRESS_SIZE] for i in range(start, offset, ADDRESS_SIZE)])
+    return lists
 
 
 def batch_digest(body: bytes | memoryview) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,24 @@ def test_management_commands_put_get_stat_repair(cluster, tmp_path):
     assert usage["chunks"] > 0 and usage["bytes"] > 0
     report = json.loads(c.manage("swarm", "repair").stdout.strip().splitlines()[-1])
     assert report["lost"] == 0
+
+
+def test_repair_scrubs_other_nodes_and_replaces_their_corrupt_copies(cluster):
+    b, c = cluster["nodes"][1], cluster["nodes"][2]
+    leaves = set()
+    with open(cluster["blob"], "rb") as f:
+        while piece := f.read(1 << 20):
+            leaves.add(hashlib.sha256(struct.pack("<Q", len(piece)) + piece).hexdigest())
+    flipped = [p for p in _chunk_files(b) if p.name in leaves][:5]
+    assert flipped
+    for path in flipped:
+        raw = bytearray(path.read_bytes())
+        raw[7] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    report = json.loads(c.manage("swarm", "repair", cluster["ref"]).stdout.strip().splitlines()[-1])
+    assert report["corrupt_copies"] == len(flipped) and report["copies_added"] == len(flipped)
+    for path in flipped:  # B re-hashed its copies when C asked, and got good ones back
+        assert is_valid_chunk(bytes.fromhex(path.name), path.read_bytes())
 
 
 def test_unsigned_unregistered_and_replayed_peer_requests_are_refused(cluster):

@@ -106,3 +106,54 @@ def test_pin_keeps_a_local_copy_and_gc_drops_what_is_not_ours(four):
         ours = any(n.peer.address == me for n in network.ranked(address)[:3])
         assert stores[0].has(address) == ours
     assert swarm.stat(ref).size == SIZE * 10
+
+
+def _corrupt(path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def test_repair_finds_corrupt_copies_on_other_nodes_and_replaces_them(four):
+    swarm, network, stores = four
+    ref = swarm.put(os.urandom(SIZE * 10))
+    # Corrupt one copy of each leaf on a node other than this one (node 0); not the root,
+    # which repair reads (walking the tree) and so read-repairs on the way.
+    addresses = swarm.chunk_addresses(ref)[1:]
+    for address in addresses:
+        other = next(n for n in network.ranked(address)[:3] if not n.local)
+        _corrupt(other.transport.store.path(address))
+    quick = swarm.repair(ref, verify=False)
+    assert quick.copies_added == 0 and quick.corrupt_copies == 0  # existence checks see nothing wrong
+    report = swarm.repair(ref)
+    assert report.corrupt_copies == len(addresses)
+    assert report.copies_added == len(addresses) and report.lost == 0
+    for address in addresses:
+        for node in network.ranked(address)[:3]:
+            assert node.transport.store.get(address)  # a verified good copy on every responsible node
+    assert swarm.repair(ref).corrupt_copies == 0
+
+
+def test_node_repair_scrubs_the_other_copies_of_what_it_holds(four):
+    swarm, network, stores = four
+    ref = swarm.put(os.urandom(SIZE * 8))
+    ours = [a for a in swarm.chunk_addresses(ref)[1:] if stores[0].has(a)]
+    victim = {}
+    for address in ours:
+        other = next(n for n in network.ranked(address)[:3] if not n.local)
+        _corrupt(other.transport.store.path(address))
+        victim[address] = other
+    report = swarm.repair()
+    assert report.corrupt_copies == len(ours) and report.copies_added == len(ours)
+    for address, node in victim.items():
+        assert node.transport.store.get(address)
+
+
+def test_scrub_answer_wire_format():
+    from backend.swarm.wire import decode_address_lists, encode_address_lists
+
+    good, bad = [bytes([1]) * 32, bytes([2]) * 32], [bytes([3]) * 32]
+    assert decode_address_lists(encode_address_lists([good, bad])) == [good, bad]
+    assert decode_address_lists(encode_address_lists([[], []])) == [[], []]
+    with pytest.raises(ValueError):
+        decode_address_lists(encode_address_lists([good, bad])[:-1])

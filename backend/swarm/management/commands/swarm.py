@@ -46,6 +46,11 @@ class Command(BaseCommand):
             "repair", help="restore R copies of one blob's chunks, or of all chunks held here"
         )
         repair.add_argument("reference", nargs="?")
+        repair.add_argument(
+            "--exists-only",
+            action="store_true",
+            help="only check that copies exist (faster: responsible nodes do not re-hash their copies)",
+        )
         gc = sub.add_parser("gc", help="drop unpinned chunks this node is not responsible for")
         gc.add_argument("--grace", type=float, default=3600.0, help="keep chunks younger than this (seconds)")
 
@@ -99,10 +104,12 @@ class Command(BaseCommand):
         factory.node_swarm().unpin(reference)
         self.stdout.write("unpinned")
 
-    def do_repair(self, reference: str | None, **_):
+    def do_repair(self, reference: str | None, exists_only: bool = False, **_):
         with _bar() as bar:
             task = bar.add_task("repair (chunks)", total=None)
-            report = factory.node_swarm().repair(reference, progress=lambda d: bar.update(task, completed=d))
+            report = factory.node_swarm().repair(
+                reference, verify=not exists_only, progress=lambda d: bar.update(task, completed=d)
+            )
         self.stdout.write(json.dumps(report.__dict__))
 
     def do_gc(self, grace: float, **_):
