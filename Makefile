@@ -44,9 +44,9 @@ test: setup lint
 	npm --prefix frontend test
 	$(PY) -m pytest -n 2 --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
 
+# The main job: a local federation (anvil, contracts, three node processes) training with DP.
 demo: setup
-	$(PY) -m fl_node simulate --dataset mnist --nodes 5 --partition dirichlet:0.5 --rounds 20 \
-		--epsilon 3 --committee 2 --strategy fedavg --attack label_flip:0.2 --out out/demo
+	$(PY) -m backend.demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(STAMPS) out var

@@ -46,3 +46,18 @@ def register_node_on_chain(account) -> NodeRegistration:
     )
     status = ledger.nodes.get_node(account.address).status
     return NodeRegistration("registered", f"status on chain: {status.name.lower()}", receipt.tx_hash)
+
+
+def vote_admission(address: str) -> NodeRegistration:
+    """This member's vote to admit ``address``; a no-op once the applicant is a member."""
+    from eth_utils import is_address, to_checksum_address
+
+    if not is_address(address):
+        raise ValueError(f"{address!r} is not a chain address")
+    address = to_checksum_address(address)
+    ledger = ledger_access.require_ledger()
+    if ledger.nodes.is_member(address):
+        return NodeRegistration("already registered", f"{address} is a member already")
+    receipt = ledger.nodes.vote_admission(address)
+    status = "admitted" if ledger.nodes.is_member(address) else "vote recorded, more votes needed"
+    return NodeRegistration("voted", f"{address}: {status}", receipt.tx_hash)

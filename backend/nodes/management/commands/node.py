@@ -1,4 +1,4 @@
-"""``manage.py node init|status|adduser``: bootstrap and inspect this node, add users."""
+"""``manage.py node init|status|admit|adduser|run``: bootstrap and inspect this node, vote new members in, add users."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from backend.jobs.agent_command import add_run_parser, run_agent
 from backend.nodes import overview
 from backend.nodes.accounts import api_token, create_or_update_user
 from backend.nodes.identity import NodeKeyError, account_from_settings, create_keystore
-from backend.nodes.registration import register_node_on_chain
+from backend.nodes.registration import register_node_on_chain, vote_admission
 from backend.nodes.roles import Role
 
 
@@ -26,7 +26,9 @@ class Command(BaseCommand):
     help = "Bootstrap this node (init), show its state (status), or add a user with a role (adduser)."
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="{init,status,adduser,run}")
+        sub = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="{init,status,admit,adduser,run}"
+        )
 
         init = sub.add_parser("init", help="create (or import) the node key and register the node on chain")
         init.add_argument(
@@ -36,6 +38,9 @@ class Command(BaseCommand):
         )
 
         sub.add_parser("status", help="identity, chain height and lag, peers, storage")
+
+        admit = sub.add_parser("admit", help="vote to admit an applicant node into the consortium")
+        admit.add_argument("address", help="the applicant's chain address (0x...)")
 
         adduser = sub.add_parser("adduser", help="create a user (or change its role)")
         adduser.add_argument("username")
@@ -51,7 +56,17 @@ class Command(BaseCommand):
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "run":
             return run_agent(self, **options)
-        {"init": self.init, "status": self.status, "adduser": self.adduser}[subcommand](**options)
+        handlers = {"init": self.init, "status": self.status, "admit": self.admit, "adduser": self.adduser}
+        handlers[subcommand](**options)
+
+    # ------------------------------------------------------------------ admit
+
+    def admit(self, address: str, **_options):
+        try:
+            vote = vote_admission(address)
+        except Exception as exc:  # the ledger's typed errors: one sentence, exit non-zero
+            raise CommandError(f"admission vote failed: {exc}") from exc
+        self.stdout.write(self.style.SUCCESS(vote.detail))
 
     # ------------------------------------------------------------------ init
 
