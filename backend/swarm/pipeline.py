@@ -8,8 +8,10 @@ chain. Encryption comes before hashing because an address is the hash of the sto
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from typing import BinaryIO, Protocol
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import BinaryIO, NamedTuple, Protocol
 
 from backend.swarm.chunker import DEFAULT_CHUNK_SIZE, FixedSizeSplitter, Splitter
 from backend.swarm.crypto import encrypt_chunk, new_chunk_key
@@ -25,8 +27,24 @@ class ChunkSink(Protocol):
     def put(self, address: bytes, data: bytes) -> None: ...
 
 
+class Sealed(NamedTuple):
+    """A chunk ready to store: its reference entry, its address and the bytes as stored."""
+
+    entry: bytes
+    address: bytes
+    data: bytes
+
+
 class ChunkWriter(Protocol):
-    """A stage that takes a framed chunk (span || payload) and returns its reference entry."""
+    """A stage that takes a framed chunk (span || payload) and returns its reference entry.
+
+    ``seal`` is pure (encrypt, hash: both release the GIL), so several chunks can be
+    sealed at once on other threads; ``store`` hands a sealed chunk on, in order.
+    """
+
+    def seal(self, chunk: bytes) -> Sealed: ...
+
+    def store(self, sealed: Sealed) -> bytes: ...
 
     def write(self, chunk: bytes) -> bytes: ...
 
@@ -37,10 +55,16 @@ class HashStage:
     def __init__(self, sink: ChunkSink) -> None:
         self.sink = sink
 
-    def write(self, chunk: bytes) -> bytes:
+    def seal(self, chunk: bytes) -> Sealed:
         address = chunk_address(chunk)
-        self.sink.put(address, chunk)
-        return address
+        return Sealed(address, address, chunk)
+
+    def store(self, sealed: Sealed) -> bytes:
+        self.sink.put(sealed.address, sealed.data)
+        return sealed.entry
+
+    def write(self, chunk: bytes) -> bytes:
+        return self.store(self.seal(chunk))
 
 
 class EncryptStage:
@@ -49,9 +73,16 @@ class EncryptStage:
     def __init__(self, next_stage: ChunkWriter) -> None:
         self.next = next_stage
 
-    def write(self, chunk: bytes) -> bytes:
+    def seal(self, chunk: bytes) -> Sealed:
         key = new_chunk_key()
-        return self.next.write(encrypt_chunk(key, chunk)) + key
+        sealed = self.next.seal(encrypt_chunk(key, chunk))
+        return sealed._replace(entry=sealed.entry + key)
+
+    def store(self, sealed: Sealed) -> bytes:
+        return self.next.store(sealed)
+
+    def write(self, chunk: bytes) -> bytes:
+        return self.store(self.seal(chunk))
 
 
 class TreeBuilder:
@@ -116,17 +147,40 @@ def store_stream(
     splitter: Splitter | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     progress: Progress | None = None,
+    seal_threads: int = 2,
+    seal_ahead: int = 4,
 ) -> Reference:
-    """Split, (encrypt,) hash and put every chunk of ``stream``; return the blob's reference."""
+    """Split, (encrypt,) hash and put every chunk of ``stream``; return the blob's reference.
+
+    Leaves are sealed (encrypted, hashed) on ``seal_threads`` threads up to ``seal_ahead``
+    chunks ahead while this thread reads the next pieces; they reach the sink and the
+    tree in blob order, so the tree (and the reference) is the same as sealing one by one.
+    """
     splitter = splitter or FixedSizeSplitter(chunk_size)
     writer = build_writer(sink, encrypt=encrypt)
     tree = TreeBuilder(writer, chunk_size // entry_size(encrypt))
     done = 0
-    for piece in splitter.split(stream):
-        if len(piece) > chunk_size:
-            raise ValueError("the splitter returned a piece larger than the chunk size")
-        tree.add(writer.write(encode_span(len(piece)) + piece), len(piece))
-        done += len(piece)
+    ahead: deque[tuple[int, Future[Sealed]]] = deque()
+
+    def store_next() -> None:
+        nonlocal done
+        span, sealing = ahead.popleft()
+        tree.add(writer.store(sealing.result()), span)
+        done += span
         if progress:
             progress(done)
+
+    with ThreadPoolExecutor(max_workers=seal_threads, thread_name_prefix="seal") as pool:
+        try:
+            for piece in splitter.split(stream):
+                if len(piece) > chunk_size:
+                    raise ValueError("the splitter returned a piece larger than the chunk size")
+                ahead.append((len(piece), pool.submit(writer.seal, encode_span(len(piece)) + piece)))
+                if len(ahead) > seal_ahead:
+                    store_next()
+            while ahead:
+                store_next()
+        finally:
+            for _, sealing in ahead:
+                sealing.cancel()
     return Reference.from_entry(tree.finish())
