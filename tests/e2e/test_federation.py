@@ -1,0 +1,229 @@
+"""Four organizations train one model with DP, with no central server (real processes).
+
+org-a runs on MariaDB with its round actions on a Celery worker (Redis); the others on
+SQLite in-process; org-d is a label-flipping attacker. The nodes meet only on an anvil
+chain and in the swarm store they form.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+import torch
+from web3 import HTTPProvider, Web3
+
+from backend.ledger.abi import EventDecoder
+from backend.localnet import LocalFederation, NodeSpec
+from fl_node.codec import content_hash, decode_model
+from fl_node.data import load_dataset
+from fl_node.models import create_model
+from fl_node.partition import partition
+from fl_node.train import evaluate
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("e2e-federation"),
+]
+
+ROUNDS = 5
+EPSILON = 3.0
+CAP = 3.5
+
+
+def _hex(value: str) -> str:
+    return value.lower().removeprefix("0x")
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    specs = [
+        NodeSpec("org-a", database="mariadb", celery=True),
+        NodeSpec("org-b"),
+        NodeSpec("org-c"),
+        NodeSpec("org-d", attack="label_flip"),
+    ]
+    with LocalFederation(tmp_path_factory.mktemp("federation"), specs, log=lambda _line: None) as fed:
+        yield fed
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_dataset("mnist", seed=0)
+
+
+@pytest.fixture(scope="module")
+def finished_job(federation, mnist):
+    parts = partition(mnist.train.y, len(federation.nodes), "iid", seed=0)
+    datasets = [
+        federation.upload_dataset(
+            node,
+            mnist.train.x[p],
+            mnist.train.y[p],
+            name=f"{node.spec.name}-mnist",
+            classes=range(10),
+            epsilon_cap=CAP,
+        )
+        for node, p in zip(federation.nodes, parts, strict=True)
+    ]
+    payload = {
+        "name": "e2e",
+        "model": "mlp",
+        "dataset": datasets[0]["id"],
+        "rounds": ROUNDS,
+        "local_epochs": 1,
+        "batch_size": 64,
+        "lr": 0.5,
+        "strategy": "fedavg",
+        "dp": {"mode": "sgd", "target_epsilon": EPSILON, "delta": 1e-5, "max_grad_norm": 1.0},
+        "committee_size": 1,
+        "top_k": 2,
+        "min_trainers": 2,
+        "round_timeout_s": 300,
+    }
+    job = federation.create_job(federation.nodes[0], payload)
+    for node, dataset in zip(federation.nodes, datasets, strict=True):
+        federation.join(node, job["id"], dataset["id"])
+    federation.start_job(federation.nodes[0], job["id"])
+    final = federation.wait_for_job(job["id"], timeout_s=1200)
+    return {"job": final, "datasets": datasets}
+
+
+@pytest.fixture(scope="module")
+def chain_events(federation, finished_job):
+    w3 = Web3(HTTPProvider(federation.anvil.url))
+    decoder = EventDecoder()
+    logs = w3.eth.get_logs({"fromBlock": 0, "toBlock": "latest"})
+    return [e for e in (decoder.decode(log) for log in logs) if e is not None]
+
+
+def test_job_completes_all_rounds(finished_job):
+    job = finished_job["job"]
+    assert job["status"] == "finished", job
+    assert job["current_round"] in (ROUNDS, ROUNDS + 1)
+
+
+def _model_bytes(node, model_id: int) -> bytes:
+    response = node.api().get(f"{node.url}/api/models/{model_id}/download", timeout=60)
+    response.raise_for_status()
+    return response.content
+
+
+def _job_models(node, job_id: int) -> dict[int, dict]:
+    response = node.api().get(f"{node.url}/api/models", params={"page_size": 100}, timeout=30)
+    response.raise_for_status()
+    body = response.json()
+    items = body["results"] if isinstance(body, dict) else body
+    return {m["round"]: m for m in items if int(m["job"]) == int(job_id)}
+
+
+def test_every_node_holds_each_rounds_global_model_with_the_hash_on_chain(
+    federation, finished_job, chain_events
+):
+    job_id = finished_job["job"]["id"]
+    fixed = {
+        e.args["round"]: _hex(e.args["modelHash"])
+        for e in chain_events
+        if e.name == "GlobalModelFixed" and int(e.args["jobId"]) == int(job_id)
+    }
+    assert len(fixed) == ROUNDS
+    for node in federation.nodes:
+        models = _job_models(node, job_id)
+        assert set(models) == set(fixed), (node.spec.name, sorted(models))
+        for number, model in models.items():
+            assert _hex(content_hash(_model_bytes(node, model["id"]))) == fixed[number]
+            assert _hex(model["onchain_hash"]) == fixed[number]
+
+
+def test_final_model_is_far_above_chance_and_better_than_round_one(federation, finished_job, mnist):
+    node = federation.nodes[1]
+    models = _job_models(node, finished_job["job"]["id"])
+    net = create_model("mlp", **mnist.model_kwargs())
+    x, y = mnist.test.tensors()
+
+    def accuracy(round_number: int) -> float:
+        state, _ = decode_model(_model_bytes(node, models[round_number]["id"]))
+        net.load_state_dict(
+            {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in state.items()}
+        )
+        return evaluate(net, x, y)["accuracy"]
+
+    first, last = accuracy(min(models)), accuracy(max(models))
+    assert last > 0.6, (first, last)  # chance is 0.1
+    assert last > first, (first, last)
+
+
+def test_attacker_is_rejected_in_most_rounds(federation, finished_job):
+    attacker = federation.nodes[3].address.lower()
+    rounds = federation.rounds(federation.nodes[0], finished_job["job"]["id"])
+    attacked = [u for r in rounds for u in r["updates"] if u["trainer"].lower() == attacker]
+    assert len(attacked) >= ROUNDS - 1
+    rejected = [u for u in attacked if not u["accepted"]]
+    assert len(rejected) >= len(attacked) - 1, attacked
+
+
+def test_every_nodes_api_view_of_rounds_equals_the_chains_events(federation, finished_job, chain_events):
+    job_id = int(finished_job["job"]["id"])
+    finalized = {
+        e.args["round"]: e.args
+        for e in chain_events
+        if e.name == "RoundFinalized" and int(e.args["jobId"]) == job_id
+    }
+    updates = {
+        (e.args["round"], e.args["trainer"].lower()): e.args
+        for e in chain_events
+        if e.name == "UpdateSubmitted" and int(e.args["jobId"]) == job_id
+    }
+    for node in federation.nodes:
+        rounds = federation.rounds(node, job_id)
+        assert {r["round"] for r in rounds} == set(finalized), node.spec.name
+        for r in rounds:
+            event = finalized[r["round"]]
+            accepted = {u["trainer"].lower() for u in r["updates"] if u["accepted"]}
+            assert accepted == {a.lower() for a in event["accepted"]}
+            assert [a.lower() for a in r["next_committee"]] == [a.lower() for a in event["nextCommittee"]]
+            for u in r["updates"]:
+                on_chain = updates[(r["round"], u["trainer"].lower())]
+                assert _hex(u["content_hash"]) == _hex(on_chain["contentHash"])
+                assert int(u["samples"]) == int(on_chain["samples"])
+
+
+def test_privacy_spent_is_recorded_and_the_budget_refuses_a_job_that_would_exceed_it(
+    federation, finished_job, chain_events
+):
+    spent_on_chain = {int(e.args["datasetId"]) for e in chain_events if e.name == "PrivacySpent"}
+    trained = 0
+    for node, dataset in zip(federation.nodes, finished_job["datasets"], strict=True):
+        record = node.api().get(f"{node.url}/api/datasets/{dataset['id']}", timeout=30).json()
+        budget = record["budget"]
+        assert 0 <= budget["epsilon_spent"] <= EPSILON + 1e-6
+        if budget["epsilon_spent"] > 0:
+            trained += 1
+            assert int(record["onchain_id"]) in spent_on_chain
+    assert trained >= 3
+    # A second job at epsilon 3 would take a dataset that already spent some of its cap of 3.5 past it.
+    node = federation.nodes[1]
+    dataset = finished_job["datasets"][1]
+    payload = {
+        "name": "too-much",
+        "model": "mlp",
+        "dataset": dataset["id"],
+        "rounds": 5,
+        "dp": {"mode": "sgd", "target_epsilon": EPSILON, "delta": 1e-5},
+        "committee_size": 1,
+        "top_k": 2,
+        "min_trainers": 2,
+        "round_timeout_s": 300,
+    }
+    job = federation.create_job(node, payload)
+    response = node.api().post(
+        f"{node.url}/api/jobs/{job['id']}/join", json={"dataset": dataset["id"]}, timeout=60
+    )
+    assert response.status_code == 400, response.text
+    assert "privacy budget" in response.text
+
+
+def test_missing_login_is_refused(federation):
+    node = federation.nodes[0]
+    assert requests.get(f"{node.url}/api/jobs", timeout=10).status_code == 401
