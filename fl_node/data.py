@@ -22,7 +22,7 @@ of ``seed``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -72,6 +72,25 @@ class DatasetSplits:
         if self.vocab_size is not None:
             kwargs["vocab_size"] = self.vocab_size
         return kwargs
+
+
+def map_features(
+    splits: DatasetSplits, transform: Callable[[torch.Tensor], torch.Tensor], *, batch_size: int = 500
+) -> DatasetSplits:
+    """Apply a fixed, data-independent ``transform`` to every split's features once.
+
+    For feature extractors with no trainable parameters (e.g. a scattering
+    transform): precomputing them saves recomputing the same features at every step.
+    """
+
+    @torch.no_grad()
+    def apply(part: ArrayDataset) -> ArrayDataset:
+        x = torch.from_numpy(part.x)
+        out = torch.cat([transform(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+        return ArrayDataset(out.numpy().astype(np.float32), part.y)
+
+    train, val, test = apply(splits.train), apply(splits.val), apply(splits.test)
+    return replace(splits, train=train, val=val, test=test, input_shape=tuple(train.x.shape[1:]))
 
 
 Loader = Callable[..., DatasetSplits]

@@ -21,8 +21,8 @@ from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
 from fl_node.codec import content_hash, decode_update, encode_update, update_spec
 from fl_node.committee import decide_round
-from fl_node.data import ArrayDataset, DatasetSplits, load_dataset
-from fl_node.models import create_model
+from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
+from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, UpdateGaussianMechanism, calibrate_noise, prv_epsilon, rdp_epsilon
 from fl_node.score import score_update_int
@@ -144,6 +144,26 @@ class SimulationResult:
         }
 
 
+def prepared_model_and_data(dataset: str, model: str, *, seed: int) -> tuple[DatasetSplits, torch.nn.Module]:
+    """The dataset and the trainable model; a fixed feature front-end is applied to the data once.
+
+    See :func:`fl_node.models.split_fixed_features`: the trained mechanism and
+    every prediction are the same as with the whole model, only cheaper.
+    """
+    splits = load_dataset(dataset, seed=seed)
+    features, head = split_fixed_features(create_model(model, seed=seed, **splits.model_kwargs()))
+    if features is not None:
+        key = (dataset, model, seed)  # a model's fixed features depend only on its name
+        if key not in _FEATURIZED:
+            _FEATURIZED.clear()  # one dataset's features at a time
+            _FEATURIZED[key] = map_features(splits, features)
+        splits = _FEATURIZED[key]
+    return splits, head
+
+
+_FEATURIZED: dict[tuple[str, str, int], DatasetSplits] = {}
+
+
 def node_address(seed: int, index: int) -> str:
     """A stable stand-in for a node's chain address."""
     return "0x" + hashlib.sha256(f"defl-sim:{seed}:{index}".encode()).hexdigest()[:40]
@@ -229,11 +249,10 @@ def run_simulation(
     import time
 
     torch.manual_seed(config.seed)
-    splits = load_dataset(config.dataset, seed=config.seed)
+    splits, model = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
+    _, scratch = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
     participants = build_participants(config, splits)
     by_address = {p.address: p for p in participants}
-    model = create_model(config.model, seed=config.seed, **splits.model_kwargs())
-    scratch = create_model(config.model, seed=config.seed, **splits.model_kwargs())
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spec = update_spec(global_state)
     strategy = get_strategy(config.strategy)
@@ -322,8 +341,7 @@ def centralized_baseline(
     **train,
 ) -> float:
     """Test accuracy of training on the pooled training data (the non-federated reference)."""
-    splits = load_dataset(dataset, seed=seed)
-    net = create_model(model, seed=seed, **splits.model_kwargs())
+    splits, net = prepared_model_and_data(dataset, model, seed=seed)
     state = {k: v.detach().clone() for k, v in net.state_dict().items()}
     config = TrainConfig(epochs=epochs, target_epsilon=epsilon, rounds=1, seed=seed, **train)
     train_local(net, state, splits.train, config)

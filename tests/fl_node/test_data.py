@@ -56,3 +56,18 @@ def test_zipf_text_is_zipfian_and_learnable_in_principle():
 def test_unknown_dataset_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown dataset 'cifar'.*mnist"):
         load_dataset("cifar")
+
+
+def test_map_features_transforms_every_split():
+    from fl_node.data import map_features
+
+    digits = load_dataset("digits", seed=0)
+    doubled = map_features(digits, lambda x: torch.cat([x, 2 * x], dim=1).flatten(1), batch_size=100)
+    assert doubled.input_shape == (128,) and doubled.num_classes == digits.num_classes
+    for before, after in [
+        (digits.train, doubled.train),
+        (digits.val, doubled.val),
+        (digits.test, doubled.test),
+    ]:
+        np.testing.assert_array_equal(after.y, before.y)
+        np.testing.assert_allclose(after.x[:, 64:], 2 * before.x.reshape(len(before), -1))

@@ -92,3 +92,21 @@ def test_unknown_and_incompatible_models_fail_clearly():
         create_model(f"{__name__}:WithBatchNorm", **IMAGE)
     with pytest.raises(ValueError, match="activation"):
         create_model("mlp", act="swish", **IMAGE)
+
+
+def test_scatternet_features_are_fixed_and_split_off_exactly():
+    from fl_node.models import Scattering2d, split_fixed_features
+
+    model = create_model("scatternet", seed=0, **IMAGE)
+    features, head = split_fixed_features(model)
+    assert isinstance(features[0], Scattering2d) and features[0].channels == 81
+    assert not list(features.parameters()) and list(head.parameters())  # only the head trains
+    x = torch.rand(4, 1, 28, 28)
+    maps = features(x)
+    assert maps.shape == (4, 81, 7, 7) and bool(torch.isfinite(maps).all())
+    assert torch.equal(head(maps), model(x)) and torch.equal(features(x), maps)  # deterministic
+    # Zero-mean wavelets: a constant image has no first- or second-order energy.
+    flat = features(torch.full((1, 1, 28, 28), 0.5))
+    assert torch.allclose(flat[:, 0], torch.full((1, 7, 7), 0.5), atol=1e-4)
+    assert float(flat[:, 1:].abs().max()) < 1e-3
+    assert split_fixed_features(create_model("cnn", seed=0, **IMAGE))[0] is None

@@ -101,3 +101,13 @@ def test_cli_writes_json_result_and_plot(tmp_path):
     assert len(result["rounds"]) == 2
     assert json.loads(proc.stdout.strip().splitlines()[-1])["final_accuracy"] == result["final_accuracy"]
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scatternet_federation_trains_its_head_on_precomputed_features():
+    config = SimulationConfig(
+        dataset="digits", model="scatternet", nodes=3, committee=1, partition="iid", rounds=2,
+        epsilon=3.0, batch_size=64, lr=2.0, max_grad_norm=0.1,
+    )  # fmt: skip
+    result = run_simulation(config)
+    assert result.final_accuracy > 0.5, [r.test_accuracy for r in result.rounds]
+    assert 0 < result.rounds[-1].epsilon_rdp <= 3.0 + 1e-6
