@@ -75,6 +75,14 @@ DATABASES = {
         env("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=60
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A node's web, agent and worker processes share the file: WAL lets readers run beside the
+    # writer, and writers wait for the lock (IMMEDIATE transactions) instead of failing at once.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -150,6 +158,17 @@ DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
 # How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
 DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
+
+# --- Jobs: the round driver (backend/jobs) ---
+# Seconds between the agent's ticks (index the chain, offer the actions due).
+DEFL_AGENT_INTERVAL = float(env("DEFL_AGENT_INTERVAL", "0.5"))
+# Test hook only: this node's trainer attacks (an fl_node.attacks name, e.g. label_flip).
+DEFL_ATTACK = env("DEFL_ATTACK", "")
+# A committee member in seat s proposes the global model after s times this many seconds.
+DEFL_PROPOSER_FALLBACK_S = float(env("DEFL_PROPOSER_FALLBACK_S", "20"))
+# How long a claimed round action blocks a repeat, and the pause before a failed one is retried.
+DEFL_ACTION_LEASE_S = float(env("DEFL_ACTION_LEASE_S", "600"))
+DEFL_ACTION_RETRY_S = float(env("DEFL_ACTION_RETRY_S", "5"))
 
 # --- Dashboard (backend/web): the built Vue app, served by this node through WhiteNoise ---
 INSTALLED_APPS += ["backend.web"]
