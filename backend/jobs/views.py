@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -14,6 +15,8 @@ from backend.jobs.context import current_node
 from backend.jobs.models import JobRecord
 from backend.jobs.serializers import JobCreateSerializer, JoinSerializer, StartSerializer
 from backend.ledger import models as mirror
+
+_JOB_SHAPE = "A job as this node sees it on chain: config, status, participants, committee (docs/API.md)."
 
 
 def _node():
@@ -36,21 +39,25 @@ class JobViewSet(viewsets.ViewSet):
         record = JobRecord.objects.filter(onchain_id=job.job_id).first()
         return readmodel.job_payload(job, record, _node().address)
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="jobs_list", description=_JOB_SHAPE)
     def list(self, request):
         jobs = mirror.Job.objects.order_by("-job_id")[:500]
         return Response([self._payload(job) for job in jobs])
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description=_JOB_SHAPE)
     def retrieve(self, request, pk=None):
         return Response(self._payload(self._job(pk)))
 
-    @extend_schema(request=JobCreateSerializer)
+    @extend_schema(
+        request=JobCreateSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT}
+    )
     def create(self, request):
         form = JobCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         record = services.create_job(_node(), form.validated_data)
         return Response(self._payload(self._job(record.onchain_id)), status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=JoinSerializer)
+    @extend_schema(request=JoinSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def join(self, request, pk=None):
         form = JoinSerializer(data=request.data)
@@ -58,7 +65,7 @@ class JobViewSet(viewsets.ViewSet):
         services.join_job(_node(), int(pk), form.validated_data["dataset"])
         return Response(self._payload(self._job(pk)))
 
-    @extend_schema(request=StartSerializer)
+    @extend_schema(request=StartSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
         form = StartSerializer(data=request.data)
@@ -66,16 +73,20 @@ class JobViewSet(viewsets.ViewSet):
         tx_hash = services.start_job(_node(), int(pk), form.validated_data.get("committee"))
         return Response(self._payload(self._job(pk)) | {"start_tx_hash": tx_hash})
 
-    @extend_schema(request=None)
+    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         tx_hash = services.cancel_job(_node(), int(pk))
         return Response(self._payload(self._job(pk)) | {"cancel_tx_hash": tx_hash})
 
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT}, description="Rounds as the chain's events record them."
+    )
     @action(detail=True, methods=["get"])
     def rounds(self, request, pk=None):
         return Response(readmodel.rounds_payload(self._job(pk), _node().address))
 
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="The committee of each round.")
     @action(detail=True, methods=["get"])
     def committee(self, request, pk=None):
         return Response(readmodel.committee_payload(self._job(pk)))

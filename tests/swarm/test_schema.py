@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +51,4 @@ def test_swarm_views_are_fully_described(tmp_path):
 
 def test_whole_project_schema_has_no_warnings(tmp_path):
     result = _generate(tmp_path / "schema.yml", fail_on_warn=True)
-    if result.returncode == 0:
-        return
-    output = result.stderr + result.stdout
-    problems = _problems(output)
-    if "backend/swarm" in problems:
-        pytest.fail(output[-3000:])
-    # Views of other apps, owned by other teams: reported here, not hidden; passes once fixed.
-    pytest.xfail(f"schema warnings outside the swarm store: {problems} {_COLLISION.findall(output)}")
+    assert result.returncode == 0, (result.stderr + result.stdout)[-3000:]
