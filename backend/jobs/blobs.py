@@ -7,6 +7,7 @@ and callers check the recorded content hash, so a fetched blob is the one the ch
 
 from __future__ import annotations
 
+from backend.jobs.driver.timing import SWARM, part
 from fl_node.codec import content_hash
 
 
@@ -16,11 +17,13 @@ class BlobMismatch(Exception):
 
 def put(ctx, data: bytes) -> str:
     """Store and pin ``data`` (this node keeps a full copy); returns its 64-hex reference."""
-    return str(ctx.swarm.put(data, pin=True))
+    with part(SWARM):
+        return str(ctx.swarm.put(data, pin=True))
 
 
 def get(ctx, reference: str) -> bytes:
-    return ctx.swarm.read(reference.removeprefix("0x"))
+    with part(SWARM):
+        return ctx.swarm.read(reference.removeprefix("0x"))
 
 
 def get_checked(ctx, reference: str, expected_hash: str) -> bytes:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from django.db import IntegrityError
 
+from backend.jobs.driver.timing import CHAIN_READ, CHAIN_TX, part
 from backend.ledger import errors as ledger_errors
 from backend.ledger.resources import JobSpec, JobState, ParticipantInfo, RoundPhase, TxReceipt
 
@@ -40,31 +41,38 @@ def cancel(ctx, job_id: int) -> TxReceipt:
 def submit_update(
     ctx, job_id: int, round_: int, reference: str, content_hash: str, samples: int
 ) -> TxReceipt:
-    return ctx.ledger.fl.submit_update(job_id, round_, _hex32(reference), _hex32(content_hash), samples)
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.submit_update(job_id, round_, _hex32(reference), _hex32(content_hash), samples)
 
 
 def submit_scores(ctx, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
-    return ctx.ledger.fl.submit_scores(job_id, round_, scores)
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.submit_scores(job_id, round_, scores)
 
 
 def finalize(ctx, job_id: int, round_: int) -> TxReceipt:
-    return ctx.ledger.fl.finalize_round(job_id, round_)
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.finalize_round(job_id, round_)
 
 
 def propose_model(ctx, job_id: int, round_: int, reference: str, model_hash: str) -> TxReceipt:
-    return ctx.ledger.fl.propose_global_model(job_id, round_, _hex32(reference), _hex32(model_hash))
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.propose_global_model(job_id, round_, _hex32(reference), _hex32(model_hash))
 
 
 def confirm_model(ctx, job_id: int, round_: int, model_hash: str) -> TxReceipt:
-    return ctx.ledger.fl.confirm_global_model(job_id, round_, _hex32(model_hash))
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.confirm_global_model(job_id, round_, _hex32(model_hash))
 
 
 def participant(ctx, job_id: int) -> ParticipantInfo:
-    return ctx.ledger.fl.get_participant(job_id, ctx.address)
+    with part(CHAIN_READ):
+        return ctx.ledger.fl.get_participant(job_id, ctx.address)
 
 
 def job_state(ctx, job_id: int) -> JobState:
-    return ctx.ledger.fl.get_job(job_id)
+    with part(CHAIN_READ):
+        return ctx.ledger.fl.get_job(job_id)
 
 
 def chain_time(ctx) -> int:

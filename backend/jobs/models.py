@@ -76,6 +76,12 @@ class RoundAction(models.Model):
     budget_charged = models.BooleanField(default=False, help_text="train: the round's privacy is charged")
     seconds = models.FloatField(null=True, help_text="wall time of the last run")
     work_seconds = models.FloatField(null=True, help_text="of which local training (trainer actions)")
+    parts = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="seconds of the last run per part (driver.timing: swarm, chain_tx, ...)",
+    )
+    started_at = models.FloatField(null=True, help_text="Unix time the last run started")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

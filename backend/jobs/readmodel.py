@@ -146,8 +146,21 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
 
 
 def _timings(job_id: int, node: str) -> dict[int, dict]:
-    """This node's seconds per action and round (training time apart): for the overhead benchmark."""
+    """This node's seconds per action and round, for the overhead benchmark.
+
+    ``seconds`` is the last run's wall time, ``work_seconds`` its local training; ``parts``
+    splits it (driver.timing: swarm, chain_tx, chain_read, score, aggregate, ...), and
+    ``started`` / ``finished`` (Unix time) line the actions of several nodes up.
+    """
     out: dict[int, dict] = defaultdict(dict)
     for action in RoundAction.objects.filter(node=node, job_id=job_id, seconds__isnull=False):
-        out[action.round][action.kind] = {"seconds": action.seconds, "work_seconds": action.work_seconds}
+        started = action.started_at
+        out[action.round][action.kind] = {
+            "seconds": action.seconds,
+            "work_seconds": action.work_seconds,
+            "parts": action.parts or {},
+            "state": action.state,
+            "started": started,
+            "finished": started + action.seconds if started is not None else None,
+        }
     return out

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from backend.jobs.driver import aggregator, committee, registrar, trainer
+from backend.jobs.driver import aggregator, committee, registrar, timing, trainer
 from backend.jobs.driver.planner import Due
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
@@ -84,27 +84,38 @@ def run(ctx, due: Due) -> Outcome | None:
     claim = _begin(ctx, due)
     if claim is None:
         return None
+    claim.started_at = time.time()  # wall clock: the benchmarks line actions of several nodes up
     started = time.perf_counter()
-    try:
-        outcome = _perform(ctx, due, claim)
-    except ActionError as exc:
-        outcome = Outcome(False, str(exc))
-    except Exception as exc:
-        logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
-        _finish(claim, State.FAILED, f"{type(exc).__name__}: {exc}", started)
-        return Outcome(False, str(exc))
-    _finish(claim, State.DONE if outcome.done else State.WAITING, outcome.detail, started, outcome)
+    with timing.collect() as parts:
+        try:
+            outcome = _perform(ctx, due, claim)
+        except ActionError as exc:
+            outcome = Outcome(False, str(exc))
+        except Exception as exc:
+            logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
+            _finish(claim, State.FAILED, f"{type(exc).__name__}: {exc}", started, parts)
+            return Outcome(False, str(exc))
+    _finish(claim, State.DONE if outcome.done else State.WAITING, outcome.detail, started, parts, outcome)
     return outcome
 
 
-def _finish(claim: RoundAction, state: str, detail: str, started: float, outcome: Outcome | None = None):
+def _finish(
+    claim: RoundAction,
+    state: str,
+    detail: str,
+    started: float,
+    parts: dict[str, float],
+    outcome: Outcome | None = None,
+):
     claim.state = state
     claim.detail = detail[:2000]
     claim.seconds = time.perf_counter() - started
+    claim.parts = {name: round(seconds, 6) for name, seconds in parts.items()}
     if outcome is not None:
         claim.tx_hash = outcome.tx_hash or claim.tx_hash
         claim.work_seconds = outcome.work_seconds
-    claim.save(update_fields=["state", "detail", "seconds", "tx_hash", "work_seconds", "updated"])
+    fields = ["state", "detail", "seconds", "tx_hash", "work_seconds", "parts", "started_at", "updated"]
+    claim.save(update_fields=fields)
 
 
 def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:

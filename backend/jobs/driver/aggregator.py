@@ -12,7 +12,7 @@ import time
 
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, workspace
+from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
@@ -33,18 +33,21 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
     updates = {u.trainer: u for u in job.updates.filter(round=round_, trainer__in=accepted)}
     if len(updates) != len(accepted):
         raise ActionError("accepted updates are not all indexed yet")
-    spec = update_spec(global_state)
-    weighted = []
-    for trainer in accepted:
-        row = updates[trainer]
-        blob = blobs.get_checked(ctx, row.reference, row.content_hash)
-        weighted.append(WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash))
-    if weighted:
-        strategy = get_strategy(config.strategy, **config.strategy_params)
-        new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
-    else:  # nothing accepted: the model stays as it was
-        new_state, new_server = global_state, server_state
-    data = encode_model(new_state, new_server or None)
+    fetched = [
+        (updates[t], blobs.get_checked(ctx, updates[t].reference, updates[t].content_hash)) for t in accepted
+    ]
+    with timing.part(timing.AGGREGATE):
+        spec = update_spec(global_state)
+        weighted = [
+            WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash)
+            for row, blob in fetched
+        ]
+        if weighted:
+            strategy = get_strategy(config.strategy, **config.strategy_params)
+            new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
+        else:  # nothing accepted: the model stays as it was
+            new_state, new_server = global_state, server_state
+        data = encode_model(new_state, new_server or None)
     result = ("0x" + content_hash(data), data)
     workspace.remember_model(result[0], data)  # registering the fixed model needs no fetch
     _results.clear()  # one round at a time per job is all a node needs

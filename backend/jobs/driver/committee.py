@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, workspace
+from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
@@ -38,9 +38,10 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome
         except (blobs.BlobMismatch, SwarmError, ValueError):
             scores[update.trainer] = 0  # unavailable or altered: nobody can aggregate it either
             continue
-        scores[update.trainer] = score_update_int(
-            scratch, global_state, blob, x_val, y_val, metric=config.score_metric
-        )
+        with timing.part(timing.SCORE):
+            scores[update.trainer] = score_update_int(
+                scratch, global_state, blob, x_val, y_val, metric=config.score_metric
+            )
     try:
         receipt = chain.submit_scores(ctx, job.job_id, round_, scores)
     except ledger_errors.ScoringNotOpen:

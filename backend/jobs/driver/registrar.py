@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, workspace
+from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.jobs.models import RoundMetric
 from backend.ledger import models as mirror
@@ -29,8 +29,9 @@ def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outc
     dataset = state.my_dataset(job, ctx.address)
     _, val = workspace.local_split(dataset, config)
     model = workspace.scratch_model(config)
-    model.load_state_dict(global_state)
-    metrics = evaluate(model, *val.tensors())
+    with timing.part(timing.EVALUATE):
+        model.load_state_dict(global_state)
+        metrics = evaluate(model, *val.tensors())
     RoundMetric.objects.update_or_create(
         node=ctx.address,
         job_id=job.job_id,

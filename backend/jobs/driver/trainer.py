@@ -14,7 +14,7 @@ import torch
 from backend.datasets.budget import charge_budget
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, workspace
+from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
@@ -51,7 +51,8 @@ def train_round(
     else:
         # The DP accounting was charged above; train_local's own history is this call's only.
         model = config.build_model()
-        update = train_local(model, global_state, data, train_config).update
+        with timing.part(timing.TRAIN):
+            update = train_local(model, global_state, data, train_config).update
     work = time.perf_counter() - started
     update = {k: v for k, v in update.items() if v.is_floating_point()}
     if mechanism is not None:
