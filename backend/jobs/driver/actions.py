@@ -121,8 +121,9 @@ def _finish(
 def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
     from backend.jobs.services import config_of, job_record
 
-    job = mirror.Job.objects.get(job_id=due.job_id)
-    config = config_of(job_record(ctx, due.job_id))
+    with timing.part(timing.PREPARE):
+        job = mirror.Job.objects.get(job_id=due.job_id)
+        config = config_of(job_record(ctx, due.job_id))
     if due.kind == Kind.TRAIN:
 
         def charged() -> None:

@@ -25,12 +25,13 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
-    dataset = state.my_dataset(job, ctx.address)
-    _, val = workspace.local_split(dataset, config)
-    reference, model_hash = state.base_model(job, round_)
-    _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
-    scratch = workspace.scratch_model(config)
-    x_val, y_val = val.tensors()
+    with timing.part(timing.PREPARE):
+        dataset = state.my_dataset(job, ctx.address)
+        _, val = workspace.local_split(dataset, config)
+        reference, model_hash = state.base_model(job, round_)
+        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
+        scratch = workspace.scratch_model(config)
+        x_val, y_val = val.tensors()
     scores = {}
     for update in updates:
         try:

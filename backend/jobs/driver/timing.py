@@ -21,27 +21,44 @@ CHAIN_READ = "chain_read"  # contract reads that guard an action
 SCORE = "score"  # the committee scoring updates on its validation data
 AGGREGATE = "aggregate"  # aggregating the accepted updates and encoding the new model
 EVALUATE = "evaluate"  # measuring a fixed global model on this node's validation data
+PREPARE = "prepare"  # loading the job's config, this node's data split, decoding the global model
+PRIVACY = "privacy"  # calibrating DP noise and charging the budget (accounting, spendPrivacy)
 
-_current: ContextVar[dict[str, float] | None] = ContextVar("defl_action_parts", default=None)
+
+class _Collector:
+    def __init__(self) -> None:
+        self.parts: dict[str, float] = {}
+        self.children: list[float] = []  # per open part: time spent in parts nested in it
+
+
+_current: ContextVar[_Collector | None] = ContextVar("defl_action_parts", default=None)
 
 
 @contextmanager
 def collect() -> Iterator[dict[str, float]]:
     """Sum the parts timed inside this block (one action run) into the yielded dict."""
-    parts: dict[str, float] = {}
-    token = _current.set(parts)
+    collector = _Collector()
+    token = _current.set(collector)
     try:
-        yield parts
+        yield collector.parts
     finally:
         _current.reset(token)
 
 
 @contextmanager
 def part(name: str) -> Iterator[None]:
-    parts = _current.get()
+    """Time a block as ``name``; a part nested in another counts for itself only (no double count)."""
+    collector = _current.get()
+    if collector is None:
+        yield
+        return
+    collector.children.append(0.0)
     started = time.perf_counter()
     try:
         yield
     finally:
-        if parts is not None:
-            parts[name] = parts.get(name, 0.0) + time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        nested = collector.children.pop()
+        collector.parts[name] = collector.parts.get(name, 0.0) + elapsed - nested
+        if collector.children:
+            collector.children[-1] += elapsed

@@ -32,16 +32,18 @@ def train_round(
     """``charged``: this round's privacy was charged by an earlier attempt (which then died)."""
     if chain.participant(ctx, job.job_id).update_round == round_:
         return Outcome(True, "update already on chain")
-    dataset = state.my_dataset(job, ctx.address)
-    train, _ = workspace.local_split(dataset, config)
-    reference, model_hash = state.base_model(job, round_)
-    _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
-    seed = round_seed(config, round_, state.participant_index(job, ctx.address))
-    train_config = config.train_config(seed)
-    mechanism = config.update_mechanism()
-    if not charged:
-        _charge(dataset, job.job_id, config, train_config, len(train), mechanism)
-        on_charged()  # a retry re-runs the same seeded computation: same output, no new privacy cost
+    with timing.part(timing.PREPARE):
+        dataset = state.my_dataset(job, ctx.address)
+        train, _ = workspace.local_split(dataset, config)
+        reference, model_hash = state.base_model(job, round_)
+        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
+        seed = round_seed(config, round_, state.participant_index(job, ctx.address))
+        train_config = config.train_config(seed)
+    with timing.part(timing.PRIVACY):
+        mechanism = config.update_mechanism()
+        if not charged:
+            _charge(dataset, job.job_id, config, train_config, len(train), mechanism)
+            on_charged()  # a retry re-runs the same seeded computation: same output, no new privacy cost
 
     attack = get_attack(ctx.attack.split(":")[0]) if ctx.attack else None
     data = attack.poison_data(train, config.num_classes) if attack and attack.poison_data else train
