@@ -36,7 +36,8 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
         actions.release_lost_claims(ctx)
     interval = interval if interval is not None else settings.DEFL_AGENT_INTERVAL
     command.stdout.write(
-        f"agent for {ctx.address}: tick every {interval}s, actions "
+        f"agent for {ctx.address}: tick on each new block (head checked every "
+        f"{settings.DEFL_AGENT_POLL}s) and every {interval}s, actions "
         f"{'in-process' if eager else 'on the Celery worker'}"
         + (f", ATTACK MODE {ctx.attack} (test hook)" if ctx.attack else "")
     )
@@ -51,5 +52,6 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    agent.run_forever(ctx, dispatch, interval=interval, stop=stop, on_tick=report)
+    poll = settings.DEFL_AGENT_POLL
+    agent.run_forever(ctx, dispatch, interval=interval, poll=poll, stop=stop, on_tick=report)
     command.stdout.write("agent stopped")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from backend.jobs import chain
-from backend.jobs.driver import actions, planner
+from backend.jobs.driver import actions, planner, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
 from backend.ledger import models as mirror
@@ -27,6 +27,7 @@ def tick(ctx, dispatch: Callable[[Due], None]) -> list[Due]:
     """One pass: returns the actions dispatched."""
     chain.sync_mirror(ctx)
     discover_configs(ctx)
+    warmup.warm_jobs(ctx)
     offered = []
     for due in planner.due_actions(ctx.address, chain.chain_time(ctx)):
         if actions.offer(ctx, due):
@@ -56,16 +57,40 @@ def run_forever(
     dispatch: Callable[[Due], None],
     *,
     interval: float,
+    poll: float | None = None,
     stop: threading.Event | None = None,
     on_tick: Callable[[list[Due]], None] | None = None,
 ) -> None:
+    """Tick whenever the chain has a new block (checked every ``poll`` s), and every ``interval`` s.
+
+    A round moves only through transactions, so a new block is when an action may have become
+    due: reacting to it within ``poll`` instead of the next full tick removes most of the wait
+    between one node's step and the next node's. Watching the head costs one eth_blockNumber
+    per poll; the full tick (indexer, planner) runs only when it changed, or for deadlines that
+    pass without a block, every ``interval``. A tick that ran an action in-process sent a
+    transaction, so the next poll finds a new head and ticks again at once.
+    """
     stop = stop or threading.Event()
+    poll = interval if poll is None else max(0.005, min(poll, interval))
+    last_head, last_tick = None, float("-inf")
     while not stop.is_set():
-        started = time.monotonic()
-        try:
-            offered = tick(ctx, dispatch)
-            if on_tick:
-                on_tick(offered)
-        except Exception:  # the chain or the database is briefly away: keep the node alive
-            logger.exception("agent tick failed")
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        head = _head(ctx)
+        if head is None or head != last_head or time.monotonic() - last_tick >= interval:
+            last_head, last_tick = head, time.monotonic()
+            try:
+                offered = tick(ctx, dispatch)
+                if on_tick:
+                    on_tick(offered)
+            except Exception:  # the chain or the database is briefly away: keep the node alive
+                logger.exception("agent tick failed")
+                last_head = None
+                stop.wait(interval)
+            continue
+        stop.wait(poll)
+
+
+def _head(ctx) -> int | None:
+    try:
+        return ctx.ledger.client.block_number()
+    except Exception:  # the chain is away: the full tick reports it
+        return None
