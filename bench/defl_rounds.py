@@ -25,7 +25,10 @@ from backend.localnet import LocalFederation, NodeSpec
 from fl_node.data import load_dataset
 from fl_node.partition import partition
 
-PARTS = ("train", "swarm", "chain", "score", "aggregate", "other_in_actions", "waiting")
+# "prepare": loading config, data split and global model; "privacy": DP calibration and budget charge
+# (with its spendPrivacy transaction); "other_in_actions": the rest of the actions' time (database,
+# encoding); "waiting": between the actions (agent ticks, indexing, other nodes noticing).
+PARTS = ("train", "swarm", "chain", "score", "aggregate", "privacy", "prepare", "other_in_actions", "waiting")
 
 
 @dataclass
@@ -175,6 +178,8 @@ def split_rounds(rounds_by_node: dict[str, list[dict]], t0: float) -> list[Round
             split["chain"] += parts.get("chain_tx", 0.0) + parts.get("chain_read", 0.0)
             split["score"] += parts.get("score", 0.0)
             split["aggregate"] += parts.get("aggregate", 0.0)
+            split["privacy"] += parts.get("privacy", 0.0)
+            split["prepare"] += parts.get("prepare", 0.0)
             split["other_in_actions"] += max(0.0, action["seconds"] - sum(parts.values()))
         wall = end - start
         split["waiting"] = max(0.0, wall - sum(split.values()))
