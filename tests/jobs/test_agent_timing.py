@@ -1,0 +1,54 @@
+"""The driver's timing parts and the agent's new-block trigger (no chain: stand-ins)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from backend.jobs.driver import agent, timing
+
+
+def test_nested_parts_count_once():
+    with timing.collect() as parts:
+        with timing.part("prepare"):
+            time.sleep(0.02)
+            with timing.part("swarm"):
+                time.sleep(0.03)
+    assert 0.015 < parts["prepare"] < 0.03  # its own time, without the nested swarm part
+    assert parts["swarm"] >= 0.03
+
+
+def test_parts_outside_a_collector_only_run_the_block():
+    ran = []
+    with timing.part("swarm"):
+        ran.append(1)
+    assert ran == [1]
+
+
+def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch):
+    head = {"n": 1}
+    ticks = []
+    ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
+    monkeypatch.setattr(agent, "tick", lambda _ctx, _dispatch: ticks.append(time.monotonic()) or [])
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=agent.run_forever,
+        args=(ctx, lambda _due: None),
+        kwargs={"interval": 60, "poll": 0.01, "stop": stop},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not ticks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ticks) == 1  # the first tick; the interval (60 s) is far off
+        head["n"] = 2
+        while len(ticks) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ticks) == 2  # the new block triggered a tick
+        time.sleep(0.1)
+        assert len(ticks) == 2  # an unchanged head does not
+    finally:
+        stop.set()
+        thread.join(5)
