@@ -42,7 +42,7 @@ lint: setup
 
 test: setup lint
 	npm --prefix frontend test
-	$(PY) -m pytest -n 2 --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider $(PYTEST_ARGS)
 
 # The main job: a local federation (anvil, contracts, three node processes) training with DP.
 demo: setup
