@@ -74,6 +74,11 @@ class RoundAction(models.Model):
     tx_hash = models.CharField(max_length=80, blank=True)
     detail = models.TextField(blank=True)
     budget_charged = models.BooleanField(default=False, help_text="train: the round's privacy is charged")
+    # Charged locally but not yet recorded by DataRegistry.spendPrivacy: a retry sends it before
+    # it submits the update (the first attempt sends it while training, in the background).
+    privacy_unsent = models.PositiveBigIntegerField(
+        default=0, help_text="train: micro-epsilon charged locally, not yet spent on chain"
+    )
     seconds = models.FloatField(null=True, help_text="wall time of the last run")
     work_seconds = models.FloatField(null=True, help_text="of which local training (trainer actions)")
     parts = models.JSONField(

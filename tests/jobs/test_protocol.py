@@ -135,6 +135,15 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch):
         assert 0 < epsilon <= 20.0 + 1e-6
         assert data.privacy_spent_by_job(int(dataset.onchain_id), job_id) > 0
 
+    # One finalize per round, sent by the member whose scores completed the set, in its score
+    # action: no node sent a finalize of its own (none reverted).
+    for number in (1, 2):
+        scored = RoundAction.objects.filter(job_id=job_id, round=number, kind=RoundAction.Kind.SCORE)
+        assert sum("round finalized" in a.detail for a in scored) == 1, [a.detail for a in scored]
+    assert not RoundAction.objects.filter(job_id=job_id, kind=RoundAction.Kind.FINALIZE).exclude(tx_hash="")
+    # Every spendPrivacy charged locally reached the chain before the update went out.
+    assert not RoundAction.objects.filter(job_id=job_id, privacy_unsent__gt=0).exists()
+
     # Idempotent: more ticks find nothing to do, and no action ran twice.
     before = RoundAction.objects.count()
     for node in nodes:

@@ -125,17 +125,11 @@ def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
         job = mirror.Job.objects.get(job_id=due.job_id)
         config = config_of(job_record(ctx, due.job_id))
     if due.kind == Kind.TRAIN:
-
-        def charged() -> None:
-            RoundAction.objects.filter(pk=claim.pk).update(budget_charged=True)
-
-        return trainer.train_round(
-            ctx, job, config, due.round, charged=claim.budget_charged, on_charged=charged
-        )
+        return trainer.train_round(ctx, job, config, due.round, claim)
     if due.kind == Kind.SCORE:
         return committee.score_round(ctx, job, config, due.round)
     if due.kind == Kind.FINALIZE:
-        return committee.finalize_round(ctx, job, due.round)
+        return committee.finalize_round(ctx, job, due.round, claim.created.timestamp())
     if due.kind == Kind.AGGREGATE:
         return aggregator.propose_or_confirm(ctx, job, config, due.round, claim.created.timestamp())
     if due.kind == Kind.REGISTER:

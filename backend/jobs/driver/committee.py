@@ -6,6 +6,8 @@ never an error (fl_node.score guarantees that for the bytes themselves).
 
 from __future__ import annotations
 
+import time
+
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import state, timing, workspace
@@ -49,14 +51,46 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome
         return Outcome(False, "scoring is not open yet (updates still due)")
     except ledger_errors.UnknownUpdate:
         return Outcome(False, "an update is not on chain yet; rescoring with the indexed set")
-    return Outcome(True, f"scored {len(scores)} updates", receipt.tx_hash)
+    detail = f"scored {len(scores)} updates"
+    after = chain.job_state(ctx, job.job_id)
+    if (
+        after.round == round_
+        and after.phase == chain.RoundPhase.TRAINING
+        and after.score_count >= after.committee_size
+    ):
+        # These scores completed the set: finalize in the same action, so no other node needs
+        # to notice the last score first (the others stand by, see finalize_round).
+        finalized = _send_finalize(ctx, job.job_id, round_)
+        detail += "; " + finalized.detail
+    return Outcome(True, detail, receipt.tx_hash)
 
 
-def finalize_round(ctx, job: mirror.Job, round_: int) -> Outcome:
+def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
+    """Finalize a round whose scores are all in, or whose score deadline passed.
+
+    One node sends it, not every node at once (all but one would revert): the member whose
+    scores complete the set finalizes inside its score action; when the deadline ends the
+    scoring instead, seat 0 of the committee finalizes. Every other node, and a designated
+    one that went away, is a fallback: it sends only once ``proposer_fallback_s`` passed since
+    it first saw the round finalizable, if the round is still open then.
+    """
     if job.rounds_set.filter(number=round_).exclude(status=mirror.Round.Status.TRAINING).exists():
         return Outcome(True, "round finalized already")
+    seats = state.seats(job, round_)
+    all_scored = len(state.scorers(job.job_id, round_)) >= job.committee_size
+    designated = not all_scored and bool(seats) and seats[0] == ctx.address
+    waited = time.time() - first_seen
+    if not designated and waited < ctx.proposer_fallback_s:
+        return Outcome(False, f"standing by; finalizing after {ctx.proposer_fallback_s:.0f}s if still open")
+    on_chain = chain.job_state(ctx, job.job_id)
+    if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.TRAINING:
+        return Outcome(True, "another node finalized the round")
+    return _send_finalize(ctx, job.job_id, round_)
+
+
+def _send_finalize(ctx, job_id: int, round_: int) -> Outcome:
     try:
-        receipt = chain.finalize(ctx, job.job_id, round_)
+        receipt = chain.finalize(ctx, job_id, round_)
     except ledger_errors.RoundNotFinalizable:
         return Outcome(False, "scores still due")
     except (ledger_errors.WrongPhase, ledger_errors.WrongRound, ledger_errors.JobNotRunning):

@@ -68,10 +68,6 @@ def participant_index(job: mirror.Job, address: str) -> int:
 
 def job_epsilon(dataset: Dataset, job_id: int, config: JobConfig) -> float:
     """Privacy this job spent on the dataset so far (its own history, RDP)."""
-    from fl_node.privacy import PrivacyHistory, rdp_epsilon
+    from backend.datasets.budget import job_epsilon as spent_by_job
 
-    spend = dataset.spends.filter(job=str(job_id)).first()
-    if spend is None or not config.dp.private:
-        return 0.0
-    history = PrivacyHistory.from_json(spend.history)
-    return rdp_epsilon(history, delta=config.dp.delta) if len(history) else 0.0
+    return spent_by_job(dataset, job_id, delta=config.dp.delta) if config.dp.private else 0.0

@@ -1,35 +1,40 @@
 """The trainer's part of a round: train on the global model with DP, store the update, submitUpdate.
 
-The privacy cost is charged (locally and on chain through DataRegistry.spendPrivacy) before
-training, so a round that would pass the dataset's cap trains nothing and sends nothing.
+The privacy cost is charged in the local ledger before training, so a round that would pass
+the dataset's cap trains nothing and sends nothing. Its on-chain record (DataRegistry.spendPrivacy)
+goes out in the background while the node trains, and is awaited before submitUpdate: the
+chain records the cost before any update trained on the data is published.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from concurrent.futures import Future
 
 import torch
 
-from backend.datasets.budget import charge_budget
+from backend.datasets.budget import Charge, reserve_budget, send_spend
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
+from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
 from fl_node.codec import content_hash, encode_update
 from fl_node.train import plan_round, train_local
+
+# A spendPrivacy transaction is awaited at most this long before the update would be submitted.
+SPEND_TIMEOUT_S = 300.0
 
 
 def round_seed(config: JobConfig, round_: int, index: int) -> int:
     return config.seed * 1_000_003 + round_ * 1009 + index
 
 
-def train_round(
-    ctx, job: mirror.Job, config: JobConfig, round_: int, *, charged: bool, on_charged: Callable[[], None]
-) -> Outcome:
-    """``charged``: this round's privacy was charged by an earlier attempt (which then died)."""
+def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
+    """``claim``: this action's row; it remembers a charge made by an earlier attempt that then died."""
     if chain.participant(ctx, job.job_id).update_round == round_:
         return Outcome(True, "update already on chain")
     with timing.part(timing.PREPARE):
@@ -41,9 +46,7 @@ def train_round(
         train_config = config.train_config(seed)
     with timing.part(timing.PRIVACY):
         mechanism = config.update_mechanism()
-        if not charged:
-            _charge(dataset, job.job_id, config, train_config, len(train), mechanism)
-            on_charged()  # a retry re-runs the same seeded computation: same output, no new privacy cost
+        spending = _charge_once(claim, dataset, job.job_id, config, train_config, len(train), mechanism)
 
     attack = get_attack(ctx.attack.split(":")[0]) if ctx.attack else None
     data = attack.poison_data(train, config.num_classes) if attack and attack.poison_data else train
@@ -64,19 +67,45 @@ def train_round(
 
     blob = encode_update(update)
     reference = blobs.put(ctx, blob)
+    if spending is not None:
+        # Nothing trained on the data leaves this node before the chain recorded its privacy
+        # cost; a failure here fails the action, and its retry sends the spend again.
+        with timing.part(timing.PRIVACY):
+            spending.result(timeout=SPEND_TIMEOUT_S)
+        RoundAction.objects.filter(pk=claim.pk).update(privacy_unsent=0)
     receipt = chain.submit_update(ctx, job.job_id, round_, reference, content_hash(blob), len(data))
     return Outcome(True, f"update of {len(data)} samples submitted", receipt.tx_hash, work)
 
 
-def _charge(dataset, job_id: int, config: JobConfig, train_config, samples: int, mechanism) -> None:
+def _charge_once(
+    claim: RoundAction, dataset, job_id: int, config: JobConfig, train_config, samples: int, mechanism
+) -> Future | None:
+    """Charge the round's privacy once per round (strict, local) and start its on-chain spend.
+
+    Returns the spendPrivacy in flight (None when nothing is to be sent). A retry re-runs the
+    same seeded computation, so it has no new privacy cost: it only re-sends an unsent spend.
+    """
+    if claim.budget_charged:
+        unsent = Charge(math.nan, dataset.onchain_id, str(job_id), claim.privacy_unsent)
+        return send_spend(unsent) if unsent.onchain else None
+    charge = _reserve(dataset, job_id, train_config, samples, mechanism)
+    owed = charge.micro_epsilon if charge is not None and charge.onchain else 0
+    RoundAction.objects.filter(pk=claim.pk).update(budget_charged=True, privacy_unsent=owed)
+    return send_spend(charge) if owed else None
+
+
+def _reserve(dataset, job_id: int, train_config, samples: int, mechanism) -> Charge | None:
     if mechanism is not None:
-        charge_budget(dataset, job_id, noise_multiplier=mechanism.noise_multiplier, sample_rate=1.0, steps=1)
-    elif train_config.private:
-        plan = plan_round(samples, train_config)
-        charge_budget(
-            dataset,
-            job_id,
-            noise_multiplier=plan.noise_multiplier,
-            sample_rate=plan.sample_rate,
-            steps=plan.steps,
+        return reserve_budget(
+            dataset, job_id, noise_multiplier=mechanism.noise_multiplier, sample_rate=1.0, steps=1
         )
+    if not train_config.private:
+        return None
+    plan = plan_round(samples, train_config)
+    return reserve_budget(
+        dataset,
+        job_id,
+        noise_multiplier=plan.noise_multiplier,
+        sample_rate=plan.sample_rate,
+        steps=plan.steps,
+    )

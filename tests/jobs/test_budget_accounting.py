@@ -1,0 +1,119 @@
+"""The budget's cached RDP accounting equals Opacus's full recomputation, and stays strict.
+
+backend.datasets.budget composes cached one-step RDP curves instead of calling compute_rdp
+for every history entry on every check; the figures must be those of
+fl_node.privacy.rdp_epsilon / BudgetLedger over the whole history, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.api.errors import BudgetExceeded
+from backend.datasets import budget
+from backend.datasets.models import BudgetSpend, Dataset
+from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, rdp_epsilon
+
+DELTA = 1e-5
+RUNS = [  # (noise, sample rate, steps): repeated mechanisms merge, others append
+    (1.1, 64 / 576, 9),
+    (1.1, 64 / 576, 9),
+    (0.9, 0.05, 40),
+    (1.1, 64 / 576, 9),
+    (2.5, 1.0, 1),
+    (0.7, 0.01, 300),
+]
+
+
+def _history(runs) -> PrivacyHistory:
+    history = PrivacyHistory()
+    for noise, rate, steps in runs:
+        history.record(noise_multiplier=noise, sample_rate=rate, steps=steps)
+    return history
+
+
+@pytest.mark.parametrize("length", range(len(RUNS) + 1))
+def test_history_epsilon_is_opacus_composition_bit_for_bit(length):
+    history = _history(RUNS[:length])
+    assert budget.history_epsilon(history, delta=DELTA) == rdp_epsilon(history, delta=DELTA)
+
+
+def test_cached_ledger_checks_and_refuses_as_the_full_ledger():
+    for cap in (0.5, 3.0, 50.0):
+        full = BudgetLedger(epsilon_cap=cap, delta=DELTA, history=_history(RUNS[:3]))
+        cached = budget.CachedLedger(epsilon_cap=cap, delta=DELTA, history=_history(RUNS[:3]))
+        assert cached.spent() == full.spent()
+        noise, rate, steps = RUNS[5]
+        try:
+            expected = full.check(noise_multiplier=noise, sample_rate=rate, steps=steps)
+        except PrivacyBudgetExceeded as exc:
+            with pytest.raises(PrivacyBudgetExceeded) as refused:
+                cached.check(noise_multiplier=noise, sample_rate=rate, steps=steps)
+            assert refused.value.requested_epsilon == exc.requested_epsilon
+        else:
+            assert cached.check(noise_multiplier=noise, sample_rate=rate, steps=steps) == expected
+
+
+def _dataset(epsilon_cap: float) -> Dataset:
+    return Dataset.objects.create(
+        name="accounting",
+        format="npz",
+        num_samples=10,
+        feature_shape=[4],
+        num_features=4,
+        classes=["a", "b"],
+        schema_hash="0" * 64,
+        content_hash="1" * 64,
+        size_bytes=1,
+        encrypted_reference="",
+        status="stored",
+        epsilon_cap=epsilon_cap,
+        delta=DELTA,
+    )
+
+
+def _combined(dataset: Dataset) -> PrivacyHistory:
+    """The dataset's whole history, composed from scratch as the uncached code does."""
+    combined = PrivacyHistory()
+    for spend in dataset.spends.order_by("id"):
+        for entry in PrivacyHistory.from_json(spend.history):
+            combined.record(
+                noise_multiplier=entry.noise_multiplier, sample_rate=entry.sample_rate, steps=entry.steps
+            )
+    return combined
+
+
+@pytest.mark.django_db
+def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
+    dataset = _dataset(epsilon_cap=50.0)
+    for i, (noise, rate, steps) in enumerate(RUNS):
+        if i == 3:
+            # Another process of the node (a Celery worker) wrote a spend: the next charge sees it.
+            BudgetSpend.objects.create(
+                dataset=dataset, job="99", history=_history([(1.3, 0.2, 11)]).to_json()
+            )
+        full = BudgetLedger(epsilon_cap=50.0, delta=DELTA, history=_combined(dataset))
+        expected = full.check(noise_multiplier=noise, sample_rate=rate, steps=steps)
+        charge = budget.reserve_budget(
+            dataset, str(i % 2), noise_multiplier=noise, sample_rate=rate, steps=steps
+        )
+        assert charge.epsilon == expected
+        assert budget.budget_ledger(dataset).spent() == rdp_epsilon(_combined(dataset), delta=DELTA)
+        assert not charge.onchain  # not registered on chain: nothing to send
+    summary = budget.budget_summary(dataset)
+    assert summary["epsilon_spent"] == rdp_epsilon(_combined(dataset), delta=DELTA)
+    for row in summary["spent_by_jobs"]:
+        own = PrivacyHistory.from_json(dataset.spends.get(job=row["job"]).history)
+        assert row["epsilon"] == rdp_epsilon(own, delta=DELTA)
+        assert budget.job_epsilon(dataset, row["job"]) == row["epsilon"]
+
+
+@pytest.mark.django_db
+def test_an_over_budget_run_is_refused_before_anything_is_recorded():
+    dataset = _dataset(epsilon_cap=4.0)
+    budget.reserve_budget(dataset, "1", noise_multiplier=1.1, sample_rate=64 / 576, steps=9)
+    before = list(dataset.spends.values_list("job", "history"))
+    with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):
+        budget.reserve_budget(dataset, "1", noise_multiplier=0.7, sample_rate=0.01, steps=300)
+    assert list(dataset.spends.values_list("job", "history")) == before
+    assert budget.send_spend(budget.Charge(1.0, "", "1", 5)).result() is None  # nothing on chain to send
