@@ -1,5 +1,5 @@
 // The whole federation through the dashboards of several nodes, as their operators would do it:
-// upload a dataset on every node, create a job on the first, join it from the others, start it,
+// upload a dataset on every node, create a job on the first, join it from every node (its own included), start it,
 // watch the rounds complete and the accuracy chart draw (live, without a reload), find the
 // rejected update of the attacker, download the global model and try it on a sample.
 //
@@ -212,14 +212,15 @@ try {
     uploaded.push(await uploadDataset(page, baseUrl, datasets[index], index))
     steps.push(`node ${index}: dataset ${uploaded[index].name} stored as ${uploaded[index].id}`)
   }
-  const [first, ...others] = pages
+  const [first] = pages
   current = 'node 0 create job'
   const jobPath = await createJob(first.page, first.baseUrl, uploaded[0])
   steps.push(`job created: ${jobPath}`)
-  for (const [offset, { page, baseUrl, errors }] of others.entries()) {
-    current = `node ${offset + 1} join`
-    await joinJob(page, baseUrl, jobPath, uploaded[offset + 1], offset + 1, errors)
-    steps.push(`node ${offset + 1} joined`)
+  // Every node joins with its dataset, the proposer's included: creating a job does not join it.
+  for (const [index, { page, baseUrl, errors }] of pages.entries()) {
+    current = `node ${index} join`
+    await joinJob(page, baseUrl, jobPath, uploaded[index], index, errors)
+    steps.push(`node ${index} joined`)
   }
   current = 'node 0 start'
   await first.page.goto(`${first.baseUrl}${jobPath}`)
