@@ -21,6 +21,7 @@ itself: they are not privatised and must not leave the node.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,11 +32,18 @@ from opacus.optimizers import DPOptimizer
 from torch import nn
 
 from fl_node.data import ArrayDataset
+from fl_node.dp_engine import BookKeepingDP, unsupported_reason
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
 
-GRAD_SAMPLE_MODES = ("hooks", "ew", "functorch")
-# Fastest correct mode on the CPU CNN in bench/dp_overhead.py (ExpandedWeights).
-DEFAULT_GRAD_SAMPLE_MODE = "ew"
+logger = logging.getLogger(__name__)
+
+# "bk" is fl_node.dp_engine (book-keeping per-example clipping, one backward); the others are Opacus's.
+GRAD_SAMPLE_MODES = ("bk", "hooks", "ew", "functorch")
+OPACUS_GRAD_SAMPLE_MODES = ("hooks", "ew", "functorch")
+# Fastest correct mode on the CPU CNN in bench/dp_overhead.py. Models that "bk" does not
+# support train with FALLBACK_GRAD_SAMPLE_MODE (Opacus ExpandedWeights) instead.
+DEFAULT_GRAD_SAMPLE_MODE = "bk"
+FALLBACK_GRAD_SAMPLE_MODE = "ew"
 
 
 @dataclass(frozen=True)
@@ -271,7 +279,13 @@ def _train_private(
     assert plan.noise_multiplier is not None
     model.train()
     anchors = _proximal_anchors(model, config)
-    wrapped = prepare_module(model, config.grad_sample_mode)
+    mode = resolve_grad_sample_mode(model, config.grad_sample_mode)
+    if mode == "bk":
+        _train_private_bk(
+            model, x, y, config, plan, generator, anchors, _accounting_hook(plan, history, ledger)
+        )
+        return
+    wrapped = prepare_module(model, mode)
     optimizer = DPOptimizer(
         _sgd(wrapped, config),
         noise_multiplier=plan.noise_multiplier,
@@ -296,12 +310,66 @@ def _train_private(
         wrapped._close()
 
 
+def resolve_grad_sample_mode(model: nn.Module, requested: str) -> str:
+    """The mode that will train ``model``: "bk" falls back to Opacus for models it does not support."""
+    if requested != "bk":
+        return requested
+    reason = unsupported_reason(model)
+    if reason is None:
+        return "bk"
+    logger.info(
+        "grad_sample_mode 'bk' does not support this model (%s); using Opacus mode %r",
+        reason,
+        FALLBACK_GRAD_SAMPLE_MODE,
+    )
+    return FALLBACK_GRAD_SAMPLE_MODE
+
+
+def _train_private_bk(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    config: TrainConfig,
+    plan: StepPlan,
+    generator: torch.Generator,
+    anchors: list[tuple[nn.Parameter, torch.Tensor]],
+    record: Callable[[object], None],
+) -> None:
+    """The same mechanism as the Opacus loop, with fl_node.dp_engine computing the noisy gradient.
+
+    Same Poisson batches, clip factors, noise draws (same generator, same order)
+    and scaling; an empty batch is still a noisy step.
+    """
+    assert plan.noise_multiplier is not None
+    optimizer = _sgd(model, config)
+    engine = BookKeepingDP(
+        model,
+        noise_multiplier=plan.noise_multiplier,
+        max_grad_norm=config.max_grad_norm,
+        expected_batch_size=config.batch_size,
+        generator=generator,
+        loss_reduction="mean",
+    )
+    try:
+        batches = _poisson_batches(len(y), plan.sample_rate, generator)
+        for _, idx in zip(range(plan.steps), batches, strict=False):
+            optimizer.zero_grad(set_to_none=True)
+            if len(idx) > 0:
+                nn.functional.cross_entropy(engine.forward(x[idx]), y[idx]).backward()
+            engine.privatize()  # clip, sum, noise, scale -> p.grad
+            record(engine)
+            add_proximal_gradient(anchors, config.proximal_mu)
+            optimizer.step()
+    finally:
+        engine.zero_grad()
+
+
 def _accounting_hook(
     plan: StepPlan, history: PrivacyHistory, ledger: BudgetLedger | None
-) -> Callable[[DPOptimizer], None]:
+) -> Callable[[object], None]:
     """Record every noisy step as it happens, so a crash mid-round cannot under-count."""
 
-    def record(_optimizer: DPOptimizer) -> None:
+    def record(_optimizer: object) -> None:
         history.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
         if ledger is not None:
             ledger.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
