@@ -184,6 +184,7 @@ class _GroupNormTap(torch.autograd.Function):
     def forward(ctx, x, weight, bias, tape):  # noqa: ANN001, ANN205
         norm = tape.module
         n, channels = x.shape[:2]
+        x = x.contiguous(memory_format=_memory_format(x))  # what the fused kernels expect
         out, mean, rstd = torch.native_group_norm(
             x, weight, bias, n, channels, x[0, 0].numel(), norm.num_groups, norm.eps
         )
@@ -200,7 +201,7 @@ class _GroupNormTap(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             n, channels = x.shape[:2]
             grad_x = torch.ops.aten.native_group_norm_backward(
-                grad_output.contiguous(),
+                grad_output.contiguous(memory_format=_memory_format(x)),
                 x,
                 mean,
                 rstd,
@@ -212,6 +213,13 @@ class _GroupNormTap(torch.autograd.Function):
                 [True, False, False],
             )[0]
         return grad_x, None, None, None
+
+
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    """Channels-last for a 4-d tensor laid out so (and not also plain contiguous), else contiguous."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 def _unfold(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
@@ -410,7 +418,10 @@ class BookKeepingDP:
         empty batch. Clears what the layers kept.
         """
         tapes = [t for t in self._tapes.values() if t.grad_output is not None]
-        if tapes and len(tapes) != len(self._tapes):
+        if (tapes or self.batch_size) and len(tapes) != len(self._tapes):
+            # A forward without backward (or a loss that skips layers) would otherwise pass for
+            # an empty batch or drop layers from the clipping norm.
+            self.zero_grad()
             raise RuntimeError("some trainable layers got no gradient: call backward on a loss of the model")
         sums: dict[int, torch.Tensor] = {}
         if tapes:
@@ -449,3 +460,4 @@ class BookKeepingDP:
             tape.clear()
         for param in self.params:
             param.grad = None
+        self.batch_size = 0

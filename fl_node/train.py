@@ -2,7 +2,10 @@
 
 * DP-SGD (Abadi et al. 2016, "Deep Learning with Differential Privacy"): Poisson
   sampling of each batch, per-example gradient clipping to ``max_grad_norm`` and
-  Gaussian noise, via Opacus (Yousefpour et al. 2021). Either a fixed noise
+  Gaussian noise, via Opacus (Yousefpour et al. 2021) or, for the Sequential
+  Linear/Conv2d/GroupNorm models it supports, ``fl_node.dp_engine`` (grad-sample
+  mode "bk": the same mechanism and noise draws, per-example norms and the
+  clipped sum from one backward, no per-example gradient stacks). Either a fixed noise
   multiplier, or a target epsilon for the whole job: sigma is calibrated once
   for ``rounds x steps per round`` with the RDP accountant, so the job ends
   within its target after its last round.
@@ -53,6 +56,8 @@ class TrainConfig:
     ``batch_size`` is the expected batch size under Poisson sampling. One round
     runs ``local_steps`` steps, or ``epochs`` passes of ceil(n / batch_size) steps.
     ``rounds`` is the number of rounds in the job, needed to calibrate a target epsilon.
+    ``grad_sample_mode`` picks the DP-SGD engine: "bk" (``fl_node.dp_engine``; models it
+    does not support fall back to Opacus "ew", logged with the reason) or an Opacus mode.
 
     Under DP on the MNIST subset with the ``cnn`` model these did well at
     epsilon 3: batch_size 128, lr 0.5, momentum 0.5, max_grad_norm 1.0 (90% test

@@ -136,6 +136,17 @@ def test_every_norm_strategy_is_exercised():
     ]
 
 
+def test_channels_last_model_equals_opacus_on_the_contiguous_one():
+    model = create_model("cnn", input_shape=(1, 28, 28), num_classes=10, seed=0)
+    x, y = torch.rand(6, 1, 28, 28), torch.randint(0, 10, (6,))
+    kwargs = {"noise": 0.5, "clip": 0.2, "expected": 8, "seed": 3}
+    theirs = _opacus_gradients(copy.deepcopy(model), x, y, **kwargs)
+    last = copy.deepcopy(model).to(memory_format=torch.channels_last)
+    ours = _engine_gradients(last, x.contiguous(memory_format=torch.channels_last), y, **kwargs)
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_sum_reduction_equals_mean_reduction():
     for _, model, shape in _models():
         x = torch.rand(9, *shape)
@@ -190,6 +201,16 @@ def test_supported_models_and_fallback(caplog):
     assert "groups" in unsupported_reason(nn.Sequential(nn.Conv2d(4, 4, 3, groups=2)))
     with pytest.raises(ValueError, match="bk engine cannot train"):
         BookKeepingDP(text, noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=8)
+
+
+def test_forward_without_backward_is_refused():
+    model = create_model("mlp", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    engine = BookKeepingDP(model, noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=4)
+    engine.forward(torch.rand(4, 1, 8, 8))
+    with pytest.raises(RuntimeError, match="no gradient"):
+        engine.privatize()
+    engine.privatize()  # the failed step left nothing behind: an empty batch is noise only
+    assert all(p.grad is not None for p in model.parameters())
 
 
 def test_text_model_falls_back_and_trains():
