@@ -12,11 +12,8 @@ otherwise records it locally; nothing is trained before it returns. The on-chain
 node trains, as long as the caller waits for it before it releases anything trained on the
 data (the trainer waits before submitUpdate). ``charge_budget`` does both in one step.
 
-Cost: Opacus's ``compute_rdp`` of one (noise, sample rate) takes ~0.1 s on a small CPU (a
-series per fractional order) and is linear in steps, so the RDP curve of one step of each
-mechanism is computed once per process (``unit_rdp``) and a history's curve is the sum of
-``steps * unit`` in history order: the same floats as Opacus's own composition
-(``fl_node.privacy.rdp_epsilon``), in microseconds instead of ~0.1 s per entry per check.
+Cost: ``fl_node.privacy`` caches the one-step RDP curve of each mechanism, so composing a
+dataset's whole history on every check costs microseconds.
 """
 
 from __future__ import annotations
@@ -25,68 +22,19 @@ import logging
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 
-import numpy as np
 from django.db import transaction
-from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.rdp import RDPAccountant
 
 from backend.api.errors import BudgetExceeded, InvalidInput
 from backend.datasets import chain
 from backend.datasets.models import BudgetSpend, Dataset
 from backend.nodes import ledger_access
-from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory
+from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, rdp_epsilon
 
 logger = logging.getLogger(__name__)
-ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)  # the orders fl_node.privacy.rdp_epsilon uses
 
 # One thread, so a node's spendPrivacy transactions go out in the order they were charged.
 _chain_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privacy-spend")
-
-
-@lru_cache(maxsize=1024)
-def unit_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
-    """RDP at ``ORDERS`` of one step of the sampled Gaussian mechanism (read-only array)."""
-    curve = rdp_analysis.compute_rdp(
-        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(ORDERS)
-    )
-    curve.setflags(write=False)
-    return curve
-
-
-def history_rdp(history: PrivacyHistory) -> np.ndarray | float:
-    """The composed RDP curve of ``history`` (RDP adds up per order); 0.0 when it is empty."""
-    return sum((entry.steps * unit_rdp(entry.noise_multiplier, entry.sample_rate) for entry in history), 0.0)
-
-
-def history_epsilon(history: PrivacyHistory, *, delta: float) -> float:
-    """Equal to ``fl_node.privacy.rdp_epsilon(history, delta=delta)``, with cached unit curves."""
-    if not history.entries:
-        return 0.0
-    epsilon, _ = rdp_analysis.get_privacy_spent(orders=list(ORDERS), rdp=history_rdp(history), delta=delta)
-    return float(epsilon)
-
-
-class CachedLedger(BudgetLedger):
-    """fl_node's BudgetLedger with its RDP analysis on cached unit curves (same figures)."""
-
-    def spent(self) -> float:
-        return history_epsilon(self.history, delta=self.delta)
-
-    def check(self, *, noise_multiplier: float, sample_rate: float, steps: int) -> float:
-        planned = self.history.extended(
-            noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps
-        )
-        projected = history_epsilon(planned, delta=self.delta)
-        if projected > self.epsilon_cap:
-            raise PrivacyBudgetExceeded(
-                requested_epsilon=projected,
-                cap_epsilon=self.epsilon_cap,
-                spent_epsilon=self.spent(),
-                delta=self.delta,
-            )
-        return projected
 
 
 def _job_history(spend: BudgetSpend) -> PrivacyHistory:
@@ -101,13 +49,13 @@ def budget_ledger(dataset: Dataset) -> BudgetLedger:
             combined.record(
                 noise_multiplier=entry.noise_multiplier, sample_rate=entry.sample_rate, steps=entry.steps
             )
-    return CachedLedger(epsilon_cap=dataset.epsilon_cap, delta=dataset.delta, history=combined)
+    return BudgetLedger(epsilon_cap=dataset.epsilon_cap, delta=dataset.delta, history=combined)
 
 
 def job_epsilon(dataset: Dataset, job: str | int, *, delta: float | None = None) -> float:
     """What ``job`` alone spent on the dataset (its own history, RDP; at the dataset's delta by default)."""
     spend = dataset.spends.filter(job=str(job)).first()
-    return history_epsilon(_job_history(spend), delta=delta or dataset.delta) if spend else 0.0
+    return rdp_epsilon(_job_history(spend), delta=delta or dataset.delta) if spend else 0.0
 
 
 def budget_summary(dataset: Dataset) -> dict:
@@ -119,7 +67,7 @@ def budget_summary(dataset: Dataset) -> dict:
         "epsilon_spent": spent,
         "epsilon_left": max(dataset.epsilon_cap - spent, 0.0),
         "spent_by_jobs": [
-            {"job": spend.job, "epsilon": history_epsilon(_job_history(spend), delta=dataset.delta)}
+            {"job": spend.job, "epsilon": rdp_epsilon(_job_history(spend), delta=dataset.delta)}
             for spend in dataset.spends.order_by("job")
         ],
     }
