@@ -163,6 +163,8 @@ DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
 # --- Jobs: the round driver (backend/jobs) ---
 # Seconds between the agent's ticks (index the chain, offer the actions due).
 DEFL_AGENT_INTERVAL = float(env("DEFL_AGENT_INTERVAL", "0.5"))
+# Seconds between the agent's cheap checks of the chain head: a new block triggers a tick at once.
+DEFL_AGENT_POLL = float(env("DEFL_AGENT_POLL", "0.05"))
 # Test hook only: this node's trainer attacks (an fl_node.attacks name, e.g. label_flip).
 DEFL_ATTACK = env("DEFL_ATTACK", "")
 # A committee member in seat s proposes the global model after s times this many seconds.

@@ -1,6 +1,6 @@
 """``manage.py node run``: this node's agent loop (the ``node`` command dispatches here).
 
-Configured only by the environment (see backend/jobs/settings_defaults.py and .env.example):
+Configured only by the environment (see backend/settings.py and .env.example):
 the same variables as the node's web process, plus DEFL_AGENT_INTERVAL and DEFL_ATTACK.
 """
 

@@ -5,8 +5,3 @@ class JobsConfig(AppConfig):
     name = "backend.jobs"
     label = "jobs"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from backend.jobs.settings_defaults import apply_defaults
-
-        apply_defaults()
