@@ -14,18 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import best_time  # noqa: E402
+
 from fl_node.aggregate import WeightedUpdate, get_strategy  # noqa: E402
 
 NUM_UPDATES = 10
 SHAPES = {f"layer{i}.weight": (2500, 1000) for i in range(4)}  # 4 x 2.5M = 10M parameters
-REPEATS = 5
 STRATEGIES = {
     "fedavg": {},
     "fedprox": {},
@@ -37,15 +37,6 @@ STRATEGIES = {
     "krum": {"f": 2},
     "multi_krum": {"f": 2},
 }
-
-
-def best_time(run, repeats: int = REPEATS) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import best_time  # noqa: E402
+
 from fl_node.codec import content_hash, decode_update, encode_update  # noqa: E402
 
 VOCAB, EMBED_DIM, CLASSES = 50_000, 64, 4
 SPEED_SHAPES = {f"layer{i}.weight": (2500, 1000) for i in range(4)}
-REPEATS = 5
 
 
 def text_update(touched: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -36,15 +36,6 @@ def text_update(touched: float, generator: torch.Generator) -> dict[str, torch.T
         "head.weight": torch.randn(CLASSES, EMBED_DIM, generator=generator),
         "head.bias": torch.randn(CLASSES, generator=generator),
     }
-
-
-def best_time(run, repeats: int = REPEATS) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from backend.ledger.anvil import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FRONTEND = REPO / "frontend"
@@ -35,12 +36,6 @@ class Node:
 
     def users_env(self) -> str:
         return ",".join(f"{role}:{name}:{password}" for role, (name, password) in self.users.items())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
@@ -73,7 +68,7 @@ def browser_prerequisites() -> None:
 @pytest.fixture(scope="session")
 def node_server(tmp_path_factory, browser_prerequisites) -> Node:
     data_dir = tmp_path_factory.mktemp("browser-node")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     users = {role: (f"{role}-user", f"{role}-password-123") for role in ROLES}
     env = {
