@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"job {job_id} proposed on chain (tx {job.get('tx_hash')})")
             for node, dataset in zip(federation.nodes, datasets, strict=True):
                 federation.join(node, job_id, dataset)
+            if not federation.wait_prepared(job_id):
+                console.print("not every node prepared the first round in time; starting anyway")
             federation.start_job(federation.nodes[0], job_id)
             console.print("job started")
             final = federation.wait_for_job(job_id, on_progress=RoundPrinter(console))

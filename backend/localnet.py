@@ -243,6 +243,20 @@ class LocalFederation:
                 return response.json()
             time.sleep(0.5)
 
+    def wait_prepared(self, job_id: int, *, timeout_s: float = 120) -> bool:
+        """Wait until every node reports the job's first round prepared (the jobs API's ``joined.prepared``).
+
+        As an operator would before pressing start: otherwise round 1 also pays for the last
+        joiner loading its data and calibrating its noise. False if some node was not ready in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        waiting = list(self.nodes)
+        while waiting and time.monotonic() < deadline:
+            waiting = [n for n in waiting if not (self.job(n, job_id).get("joined") or {}).get("prepared")]
+            if waiting:
+                time.sleep(0.25)
+        return not waiting
+
     def start_job(self, node: LocalNode, job_id: int) -> dict:
         response = node.api().post(f"{node.url}/api/jobs/{job_id}/start", json={}, timeout=120)
         _raise_for(response)

@@ -172,6 +172,10 @@ DEFL_PROPOSER_FALLBACK_S = float(env("DEFL_PROPOSER_FALLBACK_S", "20"))
 # How long a claimed round action blocks a repeat, and the pause before a failed one is retried.
 DEFL_ACTION_LEASE_S = float(env("DEFL_ACTION_LEASE_S", "600"))
 DEFL_ACTION_RETRY_S = float(env("DEFL_ACTION_RETRY_S", "5"))
+# Trainers start the next round on their own (deterministic) aggregate as soon as a round is
+# finalized, and submit only once the committee fixed the same model on chain.
+DEFL_SPECULATIVE_TRAINING = env_bool("DEFL_SPECULATIVE_TRAINING", True)
+DEFL_SPECULATION_WAIT_S = float(env("DEFL_SPECULATION_WAIT_S", "30"))
 
 # --- Dashboard (backend/web): the built Vue app, served by this node through WhiteNoise ---
 INSTALLED_APPS += ["backend.web"]

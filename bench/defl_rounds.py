@@ -29,6 +29,10 @@ from fl_node.partition import partition
 # (with its spendPrivacy transaction); "other_in_actions": the rest of the actions' time (database,
 # encoding); "waiting": between the actions (agent ticks, indexing, other nodes noticing).
 PARTS = ("train", "swarm", "chain", "score", "aggregate", "privacy", "prepare", "other_in_actions", "waiting")
+# Time of the critical path's actions that ran before the round's window opened: trainers start a
+# round as soon as the previous one is finalized (speculative training), while its model is still
+# being fixed, so their preparation overlaps the previous round's end. Reported beside the parts.
+OVERLAP = "overlap"
 
 
 @dataclass
@@ -69,9 +73,11 @@ class JobRun:
     rounds: list[RoundSplit]
     final_model: bytes
     startup_s: float
+    # Every node's rounds API as returned (per action: started, finished, parts), for --raw.
+    raw: dict[str, object] = field(default_factory=dict)
 
     def totals(self) -> dict[str, float]:
-        out = {p: sum(r.parts.get(p, 0.0) for r in self.rounds) for p in PARTS}
+        out = {p: sum(r.parts.get(p, 0.0) for r in self.rounds) for p in (*PARTS, OVERLAP)}
         out["round"] = sum(r.wall for r in self.rounds)
         return out
 
@@ -106,7 +112,7 @@ def run_job(settings: JobSettings, *, log=print, root: Path | None = None) -> Jo
     specs = [NodeSpec(name=f"org-{chr(ord('a') + i)}") for i in range(settings.nodes)]
     with tempfile.TemporaryDirectory(prefix="defl-bench-") as scratch:
         federation = LocalFederation(
-            root or Path(scratch), specs, log=lambda _line: None, agent_interval=settings.agent_interval
+            root or Path(scratch), specs, log=log, agent_interval=settings.agent_interval
         )
         with federation:
             splits, parts = partitions(settings)
@@ -124,6 +130,9 @@ def run_job(settings: JobSettings, *, log=print, root: Path | None = None) -> Jo
             job = federation.create_job(federation.nodes[0], job_payload(settings, datasets[0]))
             for node, dataset in zip(federation.nodes, datasets, strict=True):
                 federation.join(node, job["id"], dataset)
+            # As an operator would: start once every node has its first round ready.
+            if not federation.wait_prepared(job["id"]):
+                log("not every node prepared the first round in time; starting anyway")
             startup = time.monotonic() - started
             log(f"federation up and job {job['id']} joined in {startup:.1f}s; starting it")
             t0 = time.time()
@@ -133,7 +142,7 @@ def run_job(settings: JobSettings, *, log=print, root: Path | None = None) -> Jo
                 raise RuntimeError(f"job ended {final['status']}")
             timings = {node.address: federation.rounds(node, job["id"]) for node in federation.nodes}
             model = final_model(federation, job["id"])
-    return JobRun(settings, split_rounds(timings, t0), model, startup)
+    return JobRun(settings, split_rounds(timings, t0), model, startup, {"t0": t0, **timings})
 
 
 def final_model(federation: LocalFederation, job_id: int) -> bytes:
@@ -182,7 +191,9 @@ def split_rounds(rounds_by_node: dict[str, list[dict]], t0: float) -> list[Round
             split["prepare"] += parts.get("prepare", 0.0)
             split["other_in_actions"] += max(0.0, action["seconds"] - sum(parts.values()))
         wall = end - start
-        split["waiting"] = max(0.0, wall - sum(split.values()))
+        busy = sum(split.values())
+        split["waiting"] = max(0.0, wall - busy)
+        split[OVERLAP] = max(0.0, busy - wall)
         out.append(RoundSplit(number, wall, split))
         start = end
     return out

@@ -14,7 +14,11 @@ train the CNN on the MNIST subset (iid partitions, committee of 1, so three trai
 round, DP-SGD at epsilon 3 unless ``--dp none``). Each round is split along its critical
 path (see bench/defl_rounds.py): local training, swarm transfers, chain transactions and
 reads, committee scoring, aggregation, the rest of the actions' time (model decoding,
-database), and waiting between actions (agent ticks, indexing, polling).
+database), and waiting between actions (agent ticks, indexing, polling). Trainers start a round
+as soon as the previous one is finalized, on their own aggregate of it (speculative training,
+backend/jobs/driver/trainer.py), so part of their actions overlaps the previous round's end:
+that part is the ``overlap`` column, and ``waiting`` is what is left of the wall time. The job
+is started once every node reports its first round prepared, as an operator would.
 
 Goal: everything but local training <= 15% of the round. The last line is one JSON
 object: ``overhead_share`` over all rounds at the default workload, the per-part seconds
@@ -27,12 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.defl_rounds import PARTS, JobSettings, as_seconds, run_job  # noqa: E402
+from bench.defl_rounds import OVERLAP, PARTS, JobSettings, as_seconds, run_job  # noqa: E402
 
 GOAL = 0.15
 
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dp", choices=("sgd", "none"), default="sgd")
     parser.add_argument("--model", default="cnn")
     parser.add_argument("--agent-interval", type=float, default=0.5, help="DEFL_AGENT_INTERVAL of the nodes")
+    parser.add_argument("--raw", help="write every node's per-action timings (JSON) to this file")
     args = parser.parse_args(argv)
     settings = JobSettings(
         nodes=args.nodes,
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         dp=args.dp,
         agent_interval=args.agent_interval,
     )
-    share, result = measure(settings)
+    share, result = measure(settings, raw_path=args.raw)
     result = {
         "overhead_share": round(share, 4),
         "goal": GOAL,
@@ -80,13 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(settings: JobSettings) -> tuple[float, dict]:
+def measure(settings: JobSettings, raw_path: str | None = None) -> tuple[float, dict]:
     """Run one job; print its per-round split; return its overhead share and JSON figures."""
-    run = run_job(settings, log=lambda line: print(line, file=sys.stderr))
+    began = time.monotonic()
+    run = run_job(
+        settings, log=lambda line: print(f"[{time.monotonic() - began:6.1f}s] {line}", file=sys.stderr)
+    )
+    if raw_path:
+        Path(raw_path).write_text(json.dumps(run.raw, indent=1))
     print(f"{settings.local_epochs} local epochs")
-    print("round   wall  " + " ".join(f"{p:>9}" for p in PARTS))
+    columns = (*PARTS, OVERLAP)
+    print("round   wall  " + " ".join(f"{p:>9}" for p in columns))
     for r in run.rounds:
-        print(f"{r.round:>5} {r.wall:6.2f}  " + " ".join(f"{r.parts[p]:9.2f}" for p in PARTS))
+        print(f"{r.round:>5} {r.wall:6.2f}  " + " ".join(f"{r.parts[p]:9.2f}" for p in columns))
     totals = run.totals()
     share = 1.0 - totals["train"] / totals["round"]
     print(f"overhead share {share:.1%} (goal <= {GOAL:.0%}); startup {run.startup_s:.1f}s, not counted")

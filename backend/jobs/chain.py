@@ -13,9 +13,9 @@ from django.db import IntegrityError
 
 from backend.jobs.driver.timing import CHAIN_READ, CHAIN_TX, part
 from backend.ledger import errors as ledger_errors
-from backend.ledger.resources import JobSpec, JobState, ParticipantInfo, RoundPhase, TxReceipt
+from backend.ledger.resources import JobSpec, JobState, JobStatus, ParticipantInfo, RoundPhase, TxReceipt
 
-__all__ = ["ledger_errors", "JobSpec", "JobState", "ParticipantInfo", "RoundPhase", "TxReceipt"]
+__all__ = ["ledger_errors", "JobSpec", "JobState", "JobStatus", "ParticipantInfo", "RoundPhase", "TxReceipt"]
 
 
 def _hex32(value: str) -> bytes:
@@ -83,6 +83,11 @@ def chain_time(ctx) -> int:
     """
     block = ctx.ledger.client.read(lambda: ctx.ledger.client.w3.eth.get_block("latest"))
     return max(int(block["timestamp"]), int(time.time()))
+
+
+def contract_now(ctx, job: JobState) -> int:
+    """What the contract compares the job's deadlines with: a block number or seconds."""
+    return ctx.ledger.client.block_number() if job.use_blocks else chain_time(ctx)
 
 
 def sync_mirror(ctx) -> None:

@@ -26,6 +26,13 @@ class NodeContext:
     action_lease_s: float = 600.0
     # A failed action is retried after this many seconds.
     retry_after_s: float = 5.0
+    # Trainers start round r+1 as soon as round r is finalized, on their own aggregate of its
+    # accepted updates (aggregation is deterministic), instead of waiting for the new committee
+    # to fix the model on chain; the update is submitted only if the fixed model is the same.
+    speculative_training: bool = True
+    # How long a speculative trainer waits, inside its action, for that model to be fixed before
+    # it keeps the update aside and lets the agent go on (0: never wait; the in-process tests).
+    speculation_wait_s: float = 0.0
 
 
 @lru_cache(maxsize=1)
@@ -42,4 +49,6 @@ def current_node() -> NodeContext:
         proposer_fallback_s=settings.DEFL_PROPOSER_FALLBACK_S,
         action_lease_s=settings.DEFL_ACTION_LEASE_S,
         retry_after_s=settings.DEFL_ACTION_RETRY_S,
+        speculative_training=settings.DEFL_SPECULATIVE_TRAINING,
+        speculation_wait_s=settings.DEFL_SPECULATION_WAIT_S,
     )

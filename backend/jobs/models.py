@@ -37,6 +37,9 @@ class Membership(models.Model):
     dataset = models.ForeignKey("datasets.Dataset", on_delete=models.PROTECT, related_name="+")
     tx_hash = models.CharField(max_length=80, blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    prepared_at = models.DateTimeField(
+        null=True, blank=True, help_text="when this node had the job's first round ready (driver.warmup)"
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "job_id"], name="jobs_one_membership")]
@@ -79,6 +82,8 @@ class RoundAction(models.Model):
     privacy_unsent = models.PositiveBigIntegerField(
         default=0, help_text="train: micro-epsilon charged locally, not yet spent on chain"
     )
+    # The planner offers a waiting score action again only when more updates are in than this.
+    scored = models.PositiveIntegerField(default=0, help_text="score: updates scored so far (as they came)")
     seconds = models.FloatField(null=True, help_text="wall time of the last run")
     work_seconds = models.FloatField(null=True, help_text="of which local training (trainer actions)")
     parts = models.JSONField(

@@ -57,7 +57,14 @@ def job_payload(job: mirror.Job, record: JobRecord | None, node: str) -> dict:
         "global_model": {"round": latest.round, "hash": latest.model_hash, "reference": latest.reference}
         if latest
         else None,
-        "joined": {"dataset": membership.dataset_id, "tx_hash": membership.tx_hash} if membership else None,
+        "joined": {
+            "dataset": membership.dataset_id,
+            "tx_hash": membership.tx_hash,
+            # This node has the first round ready (data decrypted, model fetched, DP calibrated).
+            "prepared": membership.prepared_at is not None,
+        }
+        if membership
+        else None,
     }
 
 

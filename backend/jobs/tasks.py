@@ -6,7 +6,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from backend.jobs.context import current_node
-from backend.jobs.driver import actions
+from backend.jobs.driver import actions, warmup
 from backend.jobs.driver.planner import Due
 
 
@@ -14,6 +14,12 @@ from backend.jobs.driver.planner import Due
 def run_action(job_id: int, round_: int, kind: str) -> str:
     outcome = actions.run(current_node(), Due(job_id, round_, kind))
     return "skipped" if outcome is None else outcome.detail
+
+
+@shared_task(name="jobs.warm_job", ignore_result=True)
+def warm_job(job_id: int) -> bool:
+    """Load a job's first round into this worker's caches (driver.warmup) and mark it prepared."""
+    return warmup.warm_and_mark(current_node(), job_id)
 
 
 def dispatch(due: Due) -> None:

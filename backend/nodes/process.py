@@ -92,7 +92,8 @@ class NodeProcess:
         )
 
     def migrate(self) -> None:
-        self.manage("migrate", "--noinput")
+        # --skip-checks: the checks import every view (and torch), seconds a call; `check` covers them.
+        self.manage("migrate", "--noinput", "--skip-checks")
 
     def api_token(self, username: str = "tester") -> str:
         """Create a user in this node's database and return a DRF token for it."""

@@ -85,6 +85,8 @@ def finished_job(federation, mnist):
     job = federation.create_job(federation.nodes[0], payload)
     for node, dataset in zip(federation.nodes, datasets, strict=True):
         federation.join(node, job["id"], dataset["id"])
+    # Every node prepares the first round once joined: in its agent, or (org-a) in its Celery worker.
+    assert federation.wait_prepared(job["id"]), "a node did not prepare the job's first round"
     federation.start_job(federation.nodes[0], job["id"])
     final = federation.wait_for_job(job["id"], timeout_s=1200)
     return {"job": final, "datasets": datasets}

@@ -12,7 +12,7 @@ import time
 import pytest
 from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
-from backend.jobs.driver import actions, agent, aggregator, workspace
+from backend.jobs.driver import actions, agent, aggregator, trainer, workspace
 from backend.jobs.models import RoundAction, RoundMetric
 from backend.ledger.abi import EventDecoder
 from backend.serving.models import GlobalModel
@@ -56,7 +56,33 @@ def chain_rounds(ledger, job_id: int) -> dict[int, dict]:
     return rounds
 
 
-def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch):
+def diverging_aggregate(monkeypatch) -> dict:
+    """Make the first trainer that trains ahead see a different aggregate than the committee fixes.
+
+    Returns what happened: the victim's address. Its speculative update must be discarded and the
+    round trained again on the model fixed on chain.
+    """
+    from backend.jobs.driver import state
+    from fl_node.codec import content_hash, decode_model, encode_model
+
+    real = aggregator.aggregate
+    seen: dict = {}
+
+    def aggregate(ctx, job, config, round_):
+        model_hash, data = real(ctx, job, config, round_)
+        if ctx.address in state.seats(job, round_ + 1) or seen.get("victim", ctx.address) != ctx.address:
+            return model_hash, data
+        seen["victim"] = ctx.address
+        model, server = decode_model(data)
+        model = {k: v + 0.01 if v.is_floating_point() else v for k, v in model.items()}
+        forged = encode_model(model, server or None)
+        return "0x" + content_hash(forged), forged
+
+    monkeypatch.setattr(aggregator, "aggregate", aggregate)
+    return seen
+
+
+def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, caplog):
     nodes = make_nodes(5, seed="jobs-protocol")
     nodes[ATTACKER].ctx = type(nodes[0].ctx)(**{**nodes[ATTACKER].ctx.__dict__, "attack": "label_flip"})
     datasets = [
@@ -83,8 +109,10 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch):
     run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1 or fl.get_job(job_id).round > 1)
     workspace.clear()
     aggregator._results.clear()
+    trainer._waiting.clear()
     for node in nodes:
         actions.release_lost_claims(node.ctx)
+    diverged = diverging_aggregate(monkeypatch)
     finished = 3
     run_until(
         nodes,
@@ -143,6 +171,17 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch):
     assert not RoundAction.objects.filter(job_id=job_id, kind=RoundAction.Kind.FINALIZE).exclude(tx_hash="")
     # Every spendPrivacy charged locally reached the chain before the update went out.
     assert not RoundAction.objects.filter(job_id=job_id, privacy_unsent__gt=0).exists()
+
+    # Round 2's trainers did not wait for its model to be fixed: they trained on their own
+    # aggregate of round 1 (the same bytes, as the hashes matched when they submitted).
+    trained = RoundAction.objects.filter(job_id=job_id, round=2, kind=RoundAction.Kind.TRAIN)
+    ahead = {a.node for a in trained if "trained ahead of the round" in a.detail}
+    assert ahead, [a.detail for a in trained]
+    # The trainer whose own aggregate differed from the fixed model discarded that update unsent
+    # and trained again on the fixed model (its update is on chain, see above).
+    victim = diverged["victim"]
+    assert victim not in ahead and victim in history[2]["updates"]
+    assert any("training again" in r.getMessage() for r in caplog.records)
 
     # Idempotent: more ticks find nothing to do, and no action ran twice.
     before = RoundAction.objects.count()

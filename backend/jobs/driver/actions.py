@@ -24,8 +24,10 @@ from backend.ledger import models as mirror
 logger = logging.getLogger(__name__)
 State = RoundAction.State
 Kind = RoundAction.Kind
-# "Not yet" actions (waiting for a turn, a deadline, the mirror) are offered again this soon.
-WAITING_RECHECK_S = 0.5
+# "Not yet" actions (waiting for a turn, a deadline, the mirror, more updates to score) are offered
+# again this soon. Ticks come with new blocks (or every DEFL_AGENT_INTERVAL), so a waiting action
+# re-runs at most once a tick, and at the first tick after what it waits for.
+WAITING_RECHECK_S = 0.05
 
 
 def offer(ctx, due: Due) -> bool:
@@ -127,7 +129,7 @@ def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
     if due.kind == Kind.TRAIN:
         return trainer.train_round(ctx, job, config, due.round, claim)
     if due.kind == Kind.SCORE:
-        return committee.score_round(ctx, job, config, due.round)
+        return committee.score_round(ctx, job, config, due.round, claim)
     if due.kind == Kind.FINALIZE:
         return committee.finalize_round(ctx, job, due.round, claim.created.timestamp())
     if due.kind == Kind.AGGREGATE:

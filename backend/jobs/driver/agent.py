@@ -29,7 +29,8 @@ def tick(ctx, dispatch: Callable[[Due], None]) -> list[Due]:
     discover_configs(ctx)
     warmup.warm_jobs(ctx)
     offered = []
-    for due in planner.due_actions(ctx.address, chain.chain_time(ctx)):
+    now = chain.chain_time(ctx)
+    for due in planner.due_actions(ctx.address, now, speculate=ctx.speculative_training):
         if actions.offer(ctx, due):
             offered.append(due)
             dispatch(due)

@@ -12,13 +12,23 @@ from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
+from backend.jobs.models import RoundAction
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from backend.swarm.errors import SwarmError
 from fl_node.score import score_update_int
 
+# (node, job, round) -> {(trainer, content hash): score}: updates scored as they arrived, this process.
+_scored: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
 
-def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
+
+def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
+    """Score the round's updates as they arrive; submit the scores once all are in.
+
+    Scoring an update while the other trainers still train takes it off the round's critical
+    path: when the last update arrives only that one is left to score. The scores are kept by
+    (trainer, content hash) in this process; a restarted node scores again what it lost.
+    """
     if chain.participant(ctx, job.job_id).score_round == round_:
         return Outcome(True, "scores already on chain")
     on_chain = chain.job_state(ctx, job.job_id)
@@ -27,30 +37,22 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
-    with timing.part(timing.PREPARE):
-        dataset = state.my_dataset(job, ctx.address)
-        _, val = workspace.local_split(dataset, config)
-        reference, model_hash = state.base_model(job, round_)
-        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
-        scratch = workspace.scratch_model(config)
-        x_val, y_val = val.tensors()
-    scores = {}
-    for update in updates:
-        try:
-            blob = blobs.get_checked(ctx, update.reference, update.content_hash)
-        except (blobs.BlobMismatch, SwarmError, ValueError):
-            scores[update.trainer] = 0  # unavailable or altered: nobody can aggregate it either
-            continue
-        with timing.part(timing.SCORE):
-            scores[update.trainer] = score_update_int(
-                scratch, global_state, blob, x_val, y_val, metric=config.score_metric
-            )
+    known = _scored.setdefault((ctx.address, job.job_id, round_), {})
+    _score_new(ctx, job, config, round_, updates, known)
+    RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue
+    expected = on_chain.participant_count - on_chain.committee_size
+    if on_chain.update_count < expected and chain.contract_now(ctx, on_chain) <= on_chain.update_deadline:
+        return Outcome(
+            False, f"scored {len(updates)} of {expected} updates as they came; waiting for the rest"
+        )
+    scores = {u.trainer: known[(u.trainer, u.content_hash)] for u in updates}
     try:
         receipt = chain.submit_scores(ctx, job.job_id, round_, scores)
     except ledger_errors.ScoringNotOpen:
         return Outcome(False, "scoring is not open yet (updates still due)")
     except ledger_errors.UnknownUpdate:
         return Outcome(False, "an update is not on chain yet; rescoring with the indexed set")
+    _scored.pop((ctx.address, job.job_id, round_), None)
     detail = f"scored {len(scores)} updates"
     after = chain.job_state(ctx, job.job_id)
     if (
@@ -63,6 +65,31 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome
         finalized = _send_finalize(ctx, job.job_id, round_)
         detail += "; " + finalized.detail
     return Outcome(True, detail, receipt.tx_hash)
+
+
+def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict) -> None:
+    """Score the updates not scored yet, on this node's validation data, into ``known``."""
+    new = [u for u in updates if (u.trainer, u.content_hash) not in known]
+    if not new:
+        return
+    with timing.part(timing.PREPARE):
+        dataset = state.my_dataset(job, ctx.address)
+        _, val = workspace.local_split(dataset, config)
+        reference, model_hash = state.base_model(job, round_)
+        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
+        scratch = workspace.scratch_model(config)
+        x_val, y_val = val.tensors()
+    for update in new:
+        key = (update.trainer, update.content_hash)
+        try:
+            blob = blobs.get_checked(ctx, update.reference, update.content_hash)
+        except (blobs.BlobMismatch, SwarmError, ValueError):
+            known[key] = 0  # unavailable or altered: nobody can aggregate it either
+            continue
+        with timing.part(timing.SCORE):
+            known[key] = score_update_int(
+                scratch, global_state, blob, x_val, y_val, metric=config.score_metric
+            )
 
 
 def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:

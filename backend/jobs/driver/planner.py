@@ -4,9 +4,10 @@ Nothing here acts or remembers; a restarted node re-derives the same list from t
 and every action re-checks the contract before it sends anything.
 
     round r Training, me not on r's committee, no update from me, before the update deadline -> TRAIN
-    round r Training, me on r's committee, not scored, updates all in or update deadline passed -> SCORE
+    round r Training, me on r's committee, not scored, an update in or update deadline passed -> SCORE
     round r Training, every member scored or the score deadline passed                        -> FINALIZE
     round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
+    round r Aggregating, me not on the next committee, r < rounds, speculating              -> TRAIN r+1
     GlobalModelFixed for round r, no metrics of mine for r                                    -> REGISTER
 """
 
@@ -28,24 +29,30 @@ class Due:
     kind: str
 
 
-def due_actions(address: str, now: float) -> list[Due]:
+def due_actions(address: str, now: float, *, speculate: bool = False) -> list[Due]:
+    """``speculate``: trainers of round r+1 start as soon as round r is finalized (see trainer.py)."""
     due: list[Due] = []
     jobs = mirror.Job.objects.filter(participants__node=address).distinct()
     for job in jobs.filter(status=mirror.Job.Status.RUNNING):
-        due += _round_actions(job, address, now)
+        due += _round_actions(job, address, now, speculate)
     due += _registrations(address, jobs)
     return due
 
 
-def _round_actions(job: mirror.Job, address: str, now: float) -> list[Due]:
+def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -> list[Due]:
     number = job.current_round
     round_ = job.rounds_set.filter(number=number).first()
     if round_ is None:
         return []
     if round_.status == mirror.Round.Status.AGGREGATING:
-        voted = address in state.voters(job.job_id, number)
-        if address in state.seats(job, number + 1) and not voted:
-            return [Due(job.job_id, number, Kind.AGGREGATE)]
+        next_committee = state.seats(job, number + 1)
+        if address in next_committee:
+            voted = address in state.voters(job.job_id, number)
+            return [] if voted else [Due(job.job_id, number, Kind.AGGREGATE)]
+        if speculate and next_committee and number < job.rounds:
+            # The accepted updates and the next committee are on chain: the next round's
+            # model is determined, so its trainers need not wait for it to be fixed.
+            return [Due(job.job_id, number + 1, Kind.TRAIN)]
         return []
     if round_.status != mirror.Round.Status.TRAINING:
         return []
@@ -57,13 +64,21 @@ def _round_actions(job: mirror.Job, address: str, now: float) -> list[Due]:
         if not submitted and now <= round_.update_deadline:
             due.append(Due(job.job_id, number, Kind.TRAIN))
     elif address not in scored and now <= round_.score_deadline:
+        # Each update is scored as it arrives, and the scores go on chain once all are in (or the
+        # update deadline passed), see committee.score_round.
         trainers = job.participants.count() - job.committee_size
-        all_in = job.updates.filter(round=number).count() >= trainers
-        if all_in or now > round_.update_deadline:
+        updates = job.updates.filter(round=number).count()
+        if updates >= trainers or now > round_.update_deadline or updates > _scored(address, job, number):
             due.append(Due(job.job_id, number, Kind.SCORE))
     if len(scored) >= job.committee_size or now > round_.score_deadline:
         due.append(Due(job.job_id, number, Kind.FINALIZE))
     return due
+
+
+def _scored(address: str, job: mirror.Job, number: int) -> int:
+    """How many of the round's updates this member has scored so far (its score action's count)."""
+    claim = RoundAction.objects.filter(node=address, job_id=job.job_id, round=number, kind=Kind.SCORE)
+    return claim.values_list("scored", flat=True).first() or 0
 
 
 def _registrations(address: str, jobs) -> list[Due]:

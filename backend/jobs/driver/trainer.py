@@ -8,40 +8,125 @@ chain records the cost before any update trained on the data is published.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import torch
 
 from backend.datasets.budget import Charge, reserve_budget, send_spend
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, timing, workspace
-from backend.jobs.driver.state import Outcome
+from backend.jobs.driver import aggregator, state, timing, workspace
+from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
 from fl_node.codec import content_hash, encode_update
 from fl_node.train import plan_round, train_local
 
+logger = logging.getLogger(__name__)
 # A spendPrivacy transaction is awaited at most this long before the update would be submitted.
 SPEND_TIMEOUT_S = 300.0
+# While a speculative update waits for its round to open, the contract is asked this often.
+AWAIT_POLL_S = 0.02
 
 
 def round_seed(config: JobConfig, round_: int, index: int) -> int:
     return config.seed * 1_000_003 + round_ * 1009 + index
 
 
+@dataclass(frozen=True)
+class _Trained:
+    """An update trained on a model that was not fixed on chain yet, kept until it is."""
+
+    base_hash: str
+    reference: str
+    content_hash: str
+    samples: int
+    work_seconds: float
+    ahead: bool  # trained before the round opened, on this node's own aggregate
+
+
+# (node, job, round) -> an update waiting for its round to open; per process, as the caches are.
+_waiting: dict[tuple[str, int, int], _Trained] = {}
+
+
 def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
-    """``claim``: this action's row; it remembers a charge made by an earlier attempt that then died."""
+    """``claim``: this action's row; it remembers a charge made by an earlier attempt that then died.
+
+    Speculative (planned while round ``round_ - 1`` is aggregating): train on this node's own
+    aggregate of the previous round, which every honest committee member computes to the same
+    bytes, and submit only once the chain has opened the round on a model with the same hash.
+    On a different hash (a faulty committee) the update is discarded, unpublished, and the
+    round trains again on the fixed model, in the same claim: the privacy charge is not repeated.
+    """
     if chain.participant(ctx, job.job_id).update_round == round_:
         return Outcome(True, "update already on chain")
+    key = (ctx.address, job.job_id, round_)
+    for _ in range(2):
+        trained = _waiting.pop(key, None) or _train(ctx, job, config, round_, claim)
+        opened = _await_round(ctx, job.job_id, round_)
+        if opened is None:
+            _waiting[key] = trained
+            return Outcome(False, f"trained on {trained.base_hash[:12]}…; waiting for round {round_} to open")
+        if opened is _MOVED_ON:
+            return Outcome(True, "the round has moved on")
+        if opened == trained.base_hash.removeprefix("0x").lower():
+            receipt = chain.submit_update(
+                ctx, job.job_id, round_, trained.reference, trained.content_hash, trained.samples
+            )
+            detail = f"update of {trained.samples} samples submitted"
+            if trained.ahead:
+                detail += " (trained ahead of the round, on this node's own aggregate)"
+            return Outcome(True, detail, receipt.tx_hash, trained.work_seconds)
+        logger.warning(
+            "round %s of job %s opened on %s, not on the %s this node aggregated; training again",
+            round_,
+            job.job_id,
+            opened,
+            trained.base_hash,
+        )
+    raise ActionError(f"round {round_} keeps opening on a model other than the one trained on")
+
+
+_MOVED_ON = "moved on"
+
+
+def _await_round(ctx, job_id: int, round_: int) -> str | None:
+    """The hash (hex) of the model round ``round_`` opened on; None if it is not open within the wait."""
+    deadline = time.monotonic() + ctx.speculation_wait_s
+    while True:
+        on_chain = chain.job_state(ctx, job_id)
+        if on_chain.round > round_ or on_chain.status != chain.JobStatus.RUNNING:
+            return _MOVED_ON
+        if on_chain.round == round_:  # open, or already finalized without this node's update
+            return on_chain.model_hash.hex() if on_chain.phase == chain.RoundPhase.TRAINING else _MOVED_ON
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(AWAIT_POLL_S)
+
+
+def _base_model(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str, dict, bool]:
+    """(hash, state, ahead) of the model the round starts from: fixed on chain, else this node's aggregate."""
+    try:
+        reference, model_hash = state.base_model(job, round_)
+    except ActionError:
+        if not job.rounds_set.filter(number=round_ - 1, status=mirror.Round.Status.AGGREGATING).exists():
+            raise
+        model_hash, data = aggregator.aggregate(ctx, job, config, round_ - 1)
+        return model_hash, workspace.remember_model(model_hash, data)[1], True
+    return model_hash, workspace.global_model(ctx, reference, model_hash)[1], False
+
+
+def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> _Trained:
+    """Train this node's update for the round (charging its privacy once) and store it in the swarm."""
     with timing.part(timing.PREPARE):
         dataset = state.my_dataset(job, ctx.address)
         train, _ = workspace.local_split(dataset, config)
-        reference, model_hash = state.base_model(job, round_)
-        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
+        base_hash, global_state, ahead = _base_model(ctx, job, config, round_)
         seed = round_seed(config, round_, state.participant_index(job, ctx.address))
         train_config = config.train_config(seed)
     with timing.part(timing.PRIVACY):
@@ -73,8 +158,7 @@ def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
         with timing.part(timing.PRIVACY):
             spending.result(timeout=SPEND_TIMEOUT_S)
         RoundAction.objects.filter(pk=claim.pk).update(privacy_unsent=0)
-    receipt = chain.submit_update(ctx, job.job_id, round_, reference, content_hash(blob), len(data))
-    return Outcome(True, f"update of {len(data)} samples submitted", receipt.tx_hash, work)
+    return _Trained(base_hash, reference, content_hash(blob), len(data), work, ahead)
 
 
 def _charge_once(

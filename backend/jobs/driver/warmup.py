@@ -4,14 +4,22 @@ Round 1 otherwise pays, on its critical path, for decrypting and splitting this 
 dataset, fetching and decoding the initial model, building the architecture and calibrating
 the DP noise (a search over the RDP accountant, above a second on a small CPU). All of it
 lands in per-process caches (driver.workspace, fl_node.privacy's calibration cache), so
-the actions that run in this process (the agent's, without a broker) start warm.
+the actions that run in this process start warm: the agent's own without a broker; with a
+broker the agent asks the node's Celery worker to prepare instead (``jobs.warm_job``).
+
+When it is done the node's membership is marked prepared (``Membership.prepared_at``, shown
+by the jobs API as ``joined.prepared``), so an operator, the demo and the benchmarks can
+start a job once every participant is ready.
 """
 
 from __future__ import annotations
 
 import logging
 
+from django.utils import timezone
+
 from backend.jobs.driver import state, workspace
+from backend.jobs.models import Membership
 from backend.ledger import models as mirror
 
 logger = logging.getLogger(__name__)
@@ -21,22 +29,38 @@ _warmed: set[tuple[str, int]] = set()  # (node, job id) prepared by this process
 def warm_jobs(ctx) -> None:
     """Prepare each open or running job this node takes part in, once per process.
 
-    Only where the actions run in this process: a Celery worker has caches of its own.
+    Where the actions run in this process, here; with a Celery worker, there (its caches are
+    its own), by one task per job.
     """
     from django.conf import settings
 
-    if not settings.CELERY_TASK_ALWAYS_EAGER:
-        return
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
     jobs = mirror.Job.objects.filter(status__in=active, participants__node=ctx.address).distinct()
     for job in jobs:
         if (ctx.address, job.job_id) in _warmed:
             continue
+        if not Membership.objects.filter(node=ctx.address, job_id=job.job_id).exists():
+            continue  # joined on chain, not recorded here yet (the join call is finishing)
         _warmed.add((ctx.address, job.job_id))  # one try: on failure round 1 loads it itself
-        try:
-            warm(ctx, job)
-        except Exception as exc:
-            logger.info("could not prepare job %s ahead of its first round: %s", job.job_id, exc)
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            warm_and_mark(ctx, job.job_id)
+        else:
+            from backend.jobs.tasks import warm_job
+
+            warm_job.delay(job.job_id)
+
+
+def warm_and_mark(ctx, job_id: int) -> bool:
+    job = mirror.Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        return False
+    try:
+        warm(ctx, job)
+    except Exception as exc:
+        logger.info("could not prepare job %s ahead of its first round: %s", job_id, exc)
+        return False
+    Membership.objects.filter(node=ctx.address, job_id=job_id).update(prepared_at=timezone.now())
+    return True
 
 
 def warm(ctx, job: mirror.Job) -> None:

@@ -14,6 +14,7 @@ from backend.ledger.errors import LedgerError
 
 class Command(BaseCommand):
     help = "Deploy the DeFL contracts, index their events into the database, or show the ledger's status."
+    requires_system_checks: list[str] = []  # the checks import every view (and torch): seconds
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)

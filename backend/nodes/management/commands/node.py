@@ -24,6 +24,9 @@ def _secret_from_env(variable: str, what: str) -> str:
 
 class Command(BaseCommand):
     help = "Bootstrap this node (init), show its state (status), or add a user with a role (adduser)."
+    # The system checks load the URLconf, hence every view and torch (seconds); these are
+    # operational commands run many times by scripts and the local federation.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(
