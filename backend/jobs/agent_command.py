@@ -36,8 +36,8 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
         actions.release_lost_claims(ctx)
     interval = interval if interval is not None else settings.DEFL_AGENT_INTERVAL
     command.stdout.write(
-        f"agent for {ctx.address}: tick on each new block (head checked every "
-        f"{settings.DEFL_AGENT_POLL}s) and every {interval}s, actions "
+        f"agent for {ctx.address}: tick on each new block (a newHeads subscription, else the head "
+        f"polled every {settings.DEFL_AGENT_POLL}s) and every {interval}s, actions "
         f"{'in-process' if eager else 'on the Celery worker'}"
         + (f", ATTACK MODE {ctx.attack} (test hook)" if ctx.attack else "")
     )

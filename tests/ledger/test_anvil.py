@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from backend.ledger.anvil import AnvilProcess
 from backend.ledger.client import ChainClient, RetryPolicy
 from backend.ledger.deployment import Ledger, deploy_contracts
 from backend.ledger.devnet import bootstrap_consortium, dev_account, overlay_of, public_key
+from backend.ledger.heads import HeadWatcher
 from backend.ledger.resources import JobSpec
 
 pytestmark = pytest.mark.integration
@@ -222,3 +224,37 @@ def test_unreachable_chain_raises_chain_unavailable(anvil):
     )
     with pytest.raises(errors.ChainUnavailable):
         client.block_number()
+
+
+def test_head_watcher_wakes_on_each_new_block_through_its_subscription(anvil):
+    client = _client(anvil.url, 0, anvil)
+    heads = HeadWatcher(client, poll=30.0)  # a poll this slow could not see a block in time
+    try:
+        deadline = time.monotonic() + 10
+        while not heads.subscribed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heads.subscribed, "anvil serves newHeads on its HTTP port"
+        heads.wait(0.05)  # the wake-up for whatever came before the subscription
+        assert not heads.wait(0.3), "no block, no wake-up"
+        for _ in range(3):
+            mined = time.monotonic()
+            client.w3.provider.make_request("evm_mine", [])
+            assert heads.wait(5.0)
+            assert time.monotonic() - mined < 0.5
+    finally:
+        heads.close()
+
+
+def test_head_watcher_polls_where_there_is_no_subscription(anvil):
+    proxy = FlakyProxy(anvil.port)  # plain HTTP: the WebSocket handshake fails
+    try:
+        client = ChainClient(Web3(HTTPProvider(proxy.url)), dev_account(0, "anvil-tests"))
+        heads = HeadWatcher(client, poll=0.02)
+        time.sleep(0.3)
+        assert not heads.subscribed
+        assert not heads.wait(0.2)
+        client.w3.provider.make_request("evm_mine", [])
+        assert heads.wait(2.0)
+        heads.close()
+    finally:
+        proxy.close()

@@ -61,37 +61,36 @@ def run_forever(
     poll: float | None = None,
     stop: threading.Event | None = None,
     on_tick: Callable[[list[Due]], None] | None = None,
+    subscribe: bool = True,
 ) -> None:
-    """Tick whenever the chain has a new block (checked every ``poll`` s), and every ``interval`` s.
+    """Tick whenever the chain has a new block, and at least every ``interval`` s.
 
     A round moves only through transactions, so a new block is when an action may have become
-    due: reacting to it within ``poll`` instead of the next full tick removes most of the wait
-    between one node's step and the next node's. Watching the head costs one eth_blockNumber
-    per poll; the full tick (indexer, planner) runs only when it changed, or for deadlines that
-    pass without a block, every ``interval``. A tick that ran an action in-process sent a
-    transaction, so the next poll finds a new head and ticks again at once.
+    due: reacting to it at once instead of at the next full tick removes most of the wait
+    between one node's step and the next node's. The ledger's HeadWatcher says when: a
+    newHeads subscription where the chain serves one (no request while idle), else one
+    eth_blockNumber per ``poll``. The full tick (indexer, planner) runs on a new block, or for
+    deadlines that pass without one, every ``interval``. A tick that ran an action in-process
+    sent a transaction, so the next wait returns at once and ticks again.
     """
+    from backend.ledger.heads import HeadWatcher
+
     stop = stop or threading.Event()
     poll = interval if poll is None else max(0.005, min(poll, interval))
-    last_head, last_tick = None, float("-inf")
-    while not stop.is_set():
-        head = _head(ctx)
-        if head is None or head != last_head or time.monotonic() - last_tick >= interval:
-            last_head, last_tick = head, time.monotonic()
+    heads = HeadWatcher(ctx.ledger.client, poll=poll, subscribe=subscribe)
+    last_tick = float("-inf")
+    try:
+        while not stop.is_set():
+            due_in = last_tick + interval - time.monotonic()
+            if due_in > 0 and not heads.wait(min(due_in, 1.0)):
+                continue  # no new block yet; the stop flag is checked at least every second
+            last_tick = time.monotonic()
             try:
                 offered = tick(ctx, dispatch)
                 if on_tick:
                     on_tick(offered)
             except Exception:  # the chain or the database is briefly away: keep the node alive
                 logger.exception("agent tick failed")
-                last_head = None
                 stop.wait(interval)
-            continue
-        stop.wait(poll)
-
-
-def _head(ctx) -> int | None:
-    try:
-        return ctx.ledger.client.block_number()
-    except Exception:  # the chain is away: the full tick reports it
-        return None
+    finally:
+        heads.close()

@@ -1,0 +1,110 @@
+"""Knowing when the chain has a new block, as soon as the chain can say it.
+
+A node's agent acts on new blocks: every step of a round is a transaction, so a new block
+is when this node may have something to do. ``HeadWatcher.wait`` returns when one arrived:
+
+- over a WebSocket subscription (``eth_subscribe("newHeads")``) where the endpoint serves
+  one (anvil, geth and reth do, on the same port as HTTP): the block wakes the waiter within
+  a millisecond, and an idle node sends no request at all;
+- by polling ``eth_blockNumber`` every ``poll`` seconds otherwise (the in-process EVM, an
+  HTTP-only endpoint), or after the subscription failed: the agent never depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+from .client import ChainClient
+
+logger = logging.getLogger(__name__)
+
+
+def websocket_url(http_url: str) -> str | None:
+    """The WebSocket URL served beside an HTTP JSON-RPC URL (same host, port and path)."""
+    parts = urlsplit(http_url)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    return urlunsplit(parts._replace(scheme=scheme)) if scheme else None
+
+
+def endpoint_of(client: ChainClient) -> str | None:
+    """The JSON-RPC URL of the client's provider (None for the in-process EVM)."""
+    provider = getattr(getattr(client, "w3", None), "provider", None)
+    return getattr(provider, "endpoint_uri", None)
+
+
+class HeadWatcher:
+    def __init__(self, client: ChainClient, *, poll: float = 0.05, subscribe: bool = True) -> None:
+        self.client = client
+        self.poll = poll
+        self._new_head = threading.Event()
+        self._last: int | None = self._head()  # changes after this are new blocks
+        self._subscribed = False
+        self._closed = threading.Event()
+        url = endpoint_of(client)
+        ws_url = websocket_url(url) if (subscribe and url) else None
+        if ws_url:
+            threading.Thread(target=self._listen, args=(ws_url,), name="chain-heads", daemon=True).start()
+
+    @property
+    def subscribed(self) -> bool:
+        return self._subscribed
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True if a new block arrived (or may have: polling)."""
+        if self._subscribed:
+            arrived = self._new_head.wait(timeout)
+            self._new_head.clear()
+            return arrived
+        deadline = time.monotonic() + timeout
+        while True:
+            head = self._head()
+            if head is None or head != self._last:
+                self._last = head
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed.is_set():
+                return False
+            time.sleep(min(self.poll, left))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._new_head.set()
+
+    def _head(self) -> int | None:
+        try:
+            return self.client.block_number()
+        except Exception:  # the chain is away: the caller's tick reports it
+            return None
+
+    def _listen(self, url: str) -> None:
+        """Hold the subscription; on any failure fall back to polling for good."""
+        from websockets.sync.client import connect
+
+        try:
+            with connect(url, open_timeout=5, max_size=2**22) as ws:
+                ws.send(
+                    json.dumps({"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]})
+                )
+                answer = json.loads(ws.recv(timeout=5))
+                if "result" not in answer:
+                    raise RuntimeError(f"eth_subscribe refused: {answer.get('error')}")
+                self._subscribed = True
+                self._new_head.set()  # whatever happened before we listened: look once
+                while not self._closed.is_set():
+                    try:
+                        message = ws.recv(timeout=1.0)
+                    except TimeoutError:
+                        continue
+                    if '"eth_subscription"' in message:
+                        self._new_head.set()
+        except Exception as exc:
+            logger.info(
+                "no newHeads subscription at %s (%s); polling the head every %ss", url, exc, self.poll
+            )
+        finally:
+            self._subscribed = False
+            self._new_head.set()  # wake a waiter so it continues by polling
