@@ -69,9 +69,33 @@ def warm(ctx, job: mirror.Job) -> None:
 
     config = config_of(job_record(ctx, job.job_id))
     train, _ = workspace.local_split(state.my_dataset(job, ctx.address), config)
-    workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash)
+    _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash)
     workspace.scratch_model(config)
     train_config = config.train_config(seed=0)  # the calibration does not depend on the seed
     if train_config.private:
         plan_round(len(train), train_config)
     config.update_mechanism()
+    dry_run(config, train_config, initial, train)
+
+
+def dry_run(config, train_config, initial: dict, train) -> None:
+    """One training step on one batch, thrown away: a process's first training call pays about
+    a second of one-off set-up (kernels, the DP engine's hooks) that round 1 should not pay.
+
+    It trains on this node's data, but its result is discarded unseen: nothing is released,
+    so it costs no privacy (and it runs with a fixed noise multiplier, no calibration).
+    """
+    import dataclasses
+
+    import numpy as np
+
+    from fl_node.train import train_local
+
+    step = dataclasses.replace(
+        train_config,
+        local_steps=1,
+        target_epsilon=None,
+        noise_multiplier=1.0 if train_config.private else None,
+    )
+    batch = train.subset(np.arange(min(len(train), train_config.batch_size)))
+    train_local(config.build_model(), initial, batch, step)
