@@ -27,6 +27,7 @@ from backend.swarm import factory
 from backend.swarm.download import NetworkSource
 from backend.swarm.errors import InvalidReference, SignatureError, UnregisteredSigner
 from backend.swarm.joiner import blob_span
+from backend.swarm.receive import read_body
 from backend.swarm.reference import Reference
 from backend.swarm.signing import verify_request
 from backend.swarm.wire import (
@@ -38,52 +39,55 @@ from backend.swarm.wire import (
     encode_batch,
 )
 
-PeerView = Callable[[HttpRequest, bytes], HttpResponse]
+PeerView = Callable[[HttpRequest, memoryview], HttpResponse]
 
 
 # --- peer API ------------------------------------------------------------------------------
-def _read_body(request: HttpRequest) -> bytes:
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
-    if length > settings.DEFL_SWARM_MAX_BATCH_BYTES:
+def _body_length(request: HttpRequest) -> int:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise SignatureError("bad Content-Length") from None
+    if not 0 <= length <= settings.DEFL_SWARM_MAX_BATCH_BYTES:
         raise SignatureError("request body too large")
-    # request.read(), not request.body: the body may exceed DATA_UPLOAD_MAX_MEMORY_SIZE.
-    return request.read(length) if length else b""
+    return length
 
 
 def peer_signed(
-    view: PeerView, digest: Callable[[bytes], str] | None = None
+    view: PeerView, digest: Callable[[memoryview], str] | None = None
 ) -> Callable[[HttpRequest], HttpResponse]:
     @csrf_exempt
     @require_POST
     def wrapper(request: HttpRequest) -> HttpResponse:
         try:
-            body = _read_body(request)
-            verify_request(
-                method=request.method or "POST",
-                path=request.get_full_path(),
-                headers=request.headers,
-                body=body,
-                digest=digest(body) if digest else None,
-                is_registered=factory.peer_directory().is_registered,
-                nonces=factory.nonce_cache(),
-                max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
-            )
-        except ValueError as exc:  # a malformed batch cannot even be digested
+            length = _body_length(request)
+            # Not request.body: the body may exceed DATA_UPLOAD_MAX_MEMORY_SIZE, and
+            # read_body skips the server's copies (receive.py). The view's response must
+            # not refer to the body: its buffer is reused once the block ends.
+            with read_body(request, length) as body:
+                verify_request(
+                    method=request.method or "POST",
+                    path=request.get_full_path(),
+                    headers=request.headers,
+                    body=body,
+                    digest=digest(body) if digest else None,
+                    is_registered=factory.peer_directory().is_registered,
+                    nonces=factory.nonce_cache(),
+                    max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
+                )
+                return view(request, body)
+        except ValueError as exc:  # a body cut short, a malformed batch or address list
             return JsonResponse({"detail": str(exc)}, status=400)
         except UnregisteredSigner as exc:
             return JsonResponse({"detail": str(exc)}, status=403)
         except SignatureError as exc:
             return JsonResponse({"detail": str(exc)}, status=401)
-        try:
-            return view(request, body)
-        except ValueError as exc:  # malformed batch or address list
-            return JsonResponse({"detail": str(exc)}, status=400)
 
     wrapper.__name__ = view.__name__
     return wrapper
 
 
-def _push(request: HttpRequest, body: bytes) -> HttpResponse:
+def _push(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Store a batch of chunks; answer with the addresses now held (bad chunks are left out).
 
     The store hashes every chunk against its address before writing it (verify=True):
@@ -97,7 +101,7 @@ peer_push = peer_signed(_push, digest=batch_digest)
 
 
 @peer_signed
-def peer_fetch(request: HttpRequest, body: bytes) -> HttpResponse:
+def peer_fetch(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Return the asked chunks this node holds (verified on read; corrupt copies are left out)."""
     transport = factory.local_transport()
     found = transport.fetch(decode_addresses(body))
@@ -105,13 +109,13 @@ def peer_fetch(request: HttpRequest, body: bytes) -> HttpResponse:
 
 
 @peer_signed
-def peer_has(request: HttpRequest, body: bytes) -> HttpResponse:
+def peer_has(request: HttpRequest, body: memoryview) -> HttpResponse:
     held = factory.local_store().has_many(decode_addresses(body))
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
 
 
 @peer_signed
-def peer_verify(request: HttpRequest, body: bytes) -> HttpResponse:
+def peer_verify(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Scrub the asked copies (re-read, re-hash); answer with the good and the corrupt ones.
 
     Corrupt copies are quarantined, so the asking node (repairing) pushes good ones back.
