@@ -18,12 +18,11 @@ from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
 from backend.swarm.signing import RequestSigner
 from backend.swarm.store import ChunkStore
 from backend.swarm.wire import (
-    batch_digest,
+    BatchBody,
     decode_address_lists,
     decode_addresses,
     decode_batch,
     encode_addresses,
-    encode_batch,
 )
 
 P = ParamSpec("P")
@@ -96,7 +95,7 @@ class PeerClient:
         self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
         self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
 
-    def _post(self, path: str, body: bytes, digest: str | None = None) -> requests.Response:
+    def _post(self, path: str, body: bytes | BatchBody, digest: str | None = None) -> requests.Response:
         headers = self.signer.headers("POST", self._prefix + path, body, digest=digest)
         headers["Content-Type"] = "application/octet-stream"
         response = self.session.post(self.base_url + path, data=body, headers=headers, timeout=self.timeout)
@@ -105,8 +104,8 @@ class PeerClient:
 
     @_translate_errors
     def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
-        body = encode_batch(chunks)
-        response = self._post(PUSH_PATH, body, batch_digest(body))
+        body = BatchBody(chunks)
+        response = self._post(PUSH_PATH, body, body.digest())
         return set(decode_addresses(response.content))
 
     @_translate_errors

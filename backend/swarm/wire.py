@@ -18,10 +18,36 @@ _HEADER = ADDRESS_SIZE + _LEN.size
 
 
 def encode_batch(chunks: Iterable[tuple[bytes, bytes]]) -> bytes:
-    parts: list[bytes] = []
-    for address, data in chunks:
-        parts += [address, _LEN.pack(len(data)), data]
-    return b"".join(parts)
+    return b"".join(BatchBody(chunks))
+
+
+class BatchBody:
+    """A batch as the pieces of its body (frame headers and the chunks' own buffers).
+
+    Iterating yields the pieces ``encode_batch`` joins, and ``len()`` is the body's
+    length, so an HTTP client sends it with a Content-Length, piece by piece, without
+    first copying megabytes of chunks into one body.
+    """
+
+    def __init__(self, chunks: Iterable[tuple[bytes, bytes | memoryview]]) -> None:
+        self.chunks = list(chunks)
+        self.headers = [address + _LEN.pack(len(data)) for address, data in self.chunks]
+        self.size = sum(_HEADER + len(data) for _, data in self.chunks)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[bytes | memoryview]:
+        for header, (_, data) in zip(self.headers, self.chunks, strict=True):
+            yield header
+            yield data
+
+    def digest(self) -> str:
+        """``batch_digest`` of the encoded body, from the headers alone."""
+        h = hashlib.sha256()
+        for header in self.headers:
+            h.update(header)
+        return h.hexdigest()
 
 
 def decode_batch(body: bytes | memoryview) -> Iterator[tuple[bytes, memoryview]]:
