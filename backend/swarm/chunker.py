@@ -16,8 +16,12 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 
 
 class Splitter(Protocol):
-    def split(self, stream: BinaryIO) -> Iterator[bytes]:
-        """Yield the pieces of ``stream`` in order; an empty stream yields one empty piece."""
+    def split(self, stream: BinaryIO, headroom: int = 0) -> Iterator[bytearray]:
+        """Yield the pieces of ``stream`` in order; an empty stream yields one empty piece.
+
+        Each piece comes after ``headroom`` free bytes of its buffer, which the caller
+        fills with a frame header (the chunk's span), so framing a piece costs no copy.
+        """
         ...
 
 
@@ -29,31 +33,44 @@ class FixedSizeSplitter:
             raise ValueError("chunk size must be positive")
         self.size = size
 
-    def split(self, stream: BinaryIO) -> Iterator[bytes]:
+    def split(self, stream: BinaryIO, headroom: int = 0) -> Iterator[bytearray]:
         first = True
         while True:
-            piece = read_full(stream, self.size)
-            if piece or first:
+            piece = read_full(stream, self.size, headroom)
+            length = len(piece) - headroom
+            if length or first:
                 # An empty blob still has a root chunk, so it has a reference like any other.
                 yield piece
             first = False
-            if len(piece) < self.size:
+            if length < self.size:
                 return
 
 
-def read_full(stream: BinaryIO, size: int) -> bytes:
-    """Read ``size`` bytes unless the stream ends first: pipes and sockets return short reads."""
-    data = stream.read(size)
-    if data is None:
-        data = b""
-    if len(data) == size or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < size:
-        more = stream.read(size - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
+def read_full(stream: BinaryIO, size: int, headroom: int = 0) -> bytearray:
+    """Read ``size`` bytes unless the stream ends first (pipes and sockets return short reads).
+
+    The bytes land after ``headroom`` free bytes; a stream with ``readinto`` (files,
+    sockets) reads straight into the buffer, others are copied in.
+    """
+    buf = bytearray(headroom + size)
+    got = 0
+    readinto = getattr(stream, "readinto", None)
+    with memoryview(buf) as view:
+        while got < size:
+            if readinto is not None:
+                try:
+                    with view[headroom + got :] as target:
+                        n = readinto(target) or 0
+                except NotImplementedError:  # an io.RawIOBase that implements only read()
+                    readinto = None
+                    continue
+            else:
+                data = stream.read(size - got) or b""
+                n = len(data)
+                view[headroom + got : headroom + got + n] = data
+            if not n:
+                break
+            got += n
+    if got < size:
+        del buf[headroom + got :]
+    return buf

@@ -15,7 +15,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 from backend.swarm.chunker import DEFAULT_CHUNK_SIZE, FixedSizeSplitter, Splitter
 from backend.swarm.crypto import encrypt_chunk, new_chunk_key
-from backend.swarm.reference import Reference, chunk_address, encode_span, entry_size
+from backend.swarm.reference import SPAN_SIZE, Reference, chunk_address, encode_span, entry_size
 
 Progress = Callable[[int], None]
 """Called with the number of blob bytes processed so far."""
@@ -172,10 +172,12 @@ def store_stream(
 
     with ThreadPoolExecutor(max_workers=seal_threads, thread_name_prefix="seal") as pool:
         try:
-            for piece in splitter.split(stream):
-                if len(piece) > chunk_size:
+            for framed in splitter.split(stream, headroom=SPAN_SIZE):
+                span = len(framed) - SPAN_SIZE
+                if span > chunk_size:
                     raise ValueError("the splitter returned a piece larger than the chunk size")
-                ahead.append((len(piece), pool.submit(writer.seal, encode_span(len(piece)) + piece)))
+                framed[:SPAN_SIZE] = encode_span(span)
+                ahead.append((span, pool.submit(writer.seal, framed)))
                 if len(ahead) > seal_ahead:
                     store_next()
             while ahead:

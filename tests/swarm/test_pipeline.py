@@ -86,10 +86,27 @@ def test_splitter_handles_short_reads():
             piece, self.data = self.data[:k], self.data[k:]
             return piece
 
+    class TrickleInto(io.RawIOBase):
+        def __init__(self, data):
+            self.data = data
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            k = min(7, len(buffer), len(self.data))
+            buffer[:k], self.data = self.data[:k], self.data[k:]
+            return k
+
     data = os.urandom(1000)
-    pieces = list(FixedSizeSplitter(100).split(Trickle(data)))
-    assert [len(p) for p in pieces] == [100] * 10 and b"".join(pieces) == data
+    for stream in (Trickle(data), TrickleInto(data)):
+        pieces = list(FixedSizeSplitter(100).split(stream))
+        assert [len(p) for p in pieces] == [100] * 10 and b"".join(pieces) == data
     assert list(FixedSizeSplitter(100).split(io.BytesIO(b""))) == [b""]
+    # headroom: free bytes before each piece, for the caller's frame header
+    framed = list(FixedSizeSplitter(400).split(io.BytesIO(data), headroom=8))
+    assert [len(p) for p in framed] == [408, 408, 208]
+    assert b"".join(p[8:] for p in framed) == data
 
 
 def test_child_spans():
