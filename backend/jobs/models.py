@@ -84,6 +84,9 @@ class RoundAction(models.Model):
     )
     # The planner offers a waiting score action again only when more updates are in than this.
     scored = models.PositiveIntegerField(default=0, help_text="score: updates scored so far (as they came)")
+    recheck_s = models.FloatField(
+        null=True, help_text="waiting: not re-run sooner than this after the last run"
+    )
     seconds = models.FloatField(null=True, help_text="wall time of the last run")
     work_seconds = models.FloatField(null=True, help_text="of which local training (trainer actions)")
     parts = models.JSONField(

@@ -47,7 +47,7 @@ def offer(ctx, due: Due) -> bool:
         return False
     if claim.state in (State.QUEUED, State.RUNNING) and age < ctx.action_lease_s:
         return False
-    if claim.state == State.WAITING and age < WAITING_RECHECK_S:
+    if claim.state == State.WAITING and age < (claim.recheck_s or WAITING_RECHECK_S):
         return False
     if claim.state == State.FAILED and age < ctx.retry_after_s * min(max(claim.attempts, 1), 12):
         return False
@@ -113,10 +113,13 @@ def _finish(
     claim.detail = detail[:2000]
     claim.seconds = time.perf_counter() - started
     claim.parts = {name: round(seconds, 6) for name, seconds in parts.items()}
+    claim.recheck_s = None
     if outcome is not None:
         claim.tx_hash = outcome.tx_hash or claim.tx_hash
         claim.work_seconds = outcome.work_seconds
+        claim.recheck_s = outcome.recheck_s
     fields = ["state", "detail", "seconds", "tx_hash", "work_seconds", "parts", "started_at", "updated"]
+    fields.append("recheck_s")
     claim.save(update_fields=fields)
 
 

@@ -108,7 +108,11 @@ def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outc
     designated = not all_scored and bool(seats) and seats[0] == ctx.address
     waited = time.time() - first_seen
     if not designated and waited < ctx.proposer_fallback_s:
-        return Outcome(False, f"standing by; finalizing after {ctx.proposer_fallback_s:.0f}s if still open")
+        return Outcome(
+            False,
+            f"standing by; finalizing after {ctx.proposer_fallback_s:.0f}s if still open",
+            recheck_s=ctx.proposer_fallback_s - waited,
+        )
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.TRAINING:
         return Outcome(True, "another node finalized the round")

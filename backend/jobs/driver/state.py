@@ -17,6 +17,9 @@ class Outcome:
     detail: str
     tx_hash: str = ""
     work_seconds: float | None = None
+    # Not done, and nothing will change before this many seconds (a stand-by's fallback delay):
+    # the agent does not re-run it sooner. None: re-run at the next tick.
+    recheck_s: float | None = None
 
 
 class ActionError(Exception):

@@ -9,6 +9,13 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="roundaction",
+            name="recheck_s",
+            field=models.FloatField(
+                help_text="waiting: not re-run sooner than this after the last run", null=True
+            ),
+        ),
+        migrations.AddField(
+            model_name="roundaction",
             name="scored",
             field=models.PositiveIntegerField(
                 default=0, help_text="score: updates scored so far (as they came)"
