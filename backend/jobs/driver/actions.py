@@ -24,10 +24,11 @@ from backend.ledger import models as mirror
 logger = logging.getLogger(__name__)
 State = RoundAction.State
 Kind = RoundAction.Kind
-# "Not yet" actions (waiting for a turn, a deadline, the mirror, more updates to score) are offered
-# again this soon. Ticks come with new blocks (or every DEFL_AGENT_INTERVAL), so a waiting action
-# re-runs at most once a tick, and at the first tick after what it waits for.
-WAITING_RECHECK_S = 0.05
+# "Not yet" actions (waiting for a turn, the mirror, more updates to score) are offered again at
+# the next tick where the planner still finds them due, unless they named a later time (recheck_s).
+# Ticks come with new blocks (or every DEFL_AGENT_INTERVAL), so this is no busy loop; any delay
+# here would make the action miss the block it waits for and sleep until the next interval.
+WAITING_RECHECK_S = 0.0
 
 
 def offer(ctx, due: Due) -> bool:
