@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from blake3 import blake3
 
 from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_all
 from backend.swarm.placement import overlay_address, xor_distance
@@ -170,7 +171,7 @@ def test_repair_scrubs_other_nodes_and_replaces_their_corrupt_copies(cluster):
     leaves = set()
     with open(cluster["blob"], "rb") as f:
         while piece := f.read(1 << 20):
-            leaves.add(hashlib.sha256(struct.pack("<Q", len(piece)) + piece).hexdigest())
+            leaves.add(blake3(struct.pack("<Q", len(piece)) + piece).hexdigest())
     flipped = [p for p in _chunk_files(b) if p.name in leaves][:5]
     assert flipped
     for path in flipped:

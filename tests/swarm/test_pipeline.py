@@ -118,3 +118,11 @@ def test_child_spans():
 def test_bad_references_are_refused(text):
     with pytest.raises(InvalidReference):
         Reference.parse(text)
+
+
+def test_chunk_address_is_the_blake3_of_the_stored_bytes():
+    # The published BLAKE3 test vector of the empty input: addresses are plain BLAKE3-256.
+    empty = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    assert chunk_address(b"").hex() == empty
+    data = bytearray(os.urandom(1000))
+    assert chunk_address(data) == chunk_address(bytes(data)) == chunk_address(memoryview(data))
