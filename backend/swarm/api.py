@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -102,11 +104,13 @@ class Swarm:
             with open(out, "wb") as f:
                 return self.get(reference, f, progress=progress)
         done = 0
-        for piece in self.open(reference):
-            out.write(piece)
-            done += len(piece)
-            if progress:
-                progress(done)
+        with _Writeback.of(out) as writeback:
+            for piece in self.open(reference):
+                out.write(piece)
+                done += len(piece)
+                writeback.wrote(len(piece))
+                if progress:
+                    progress(done)
         return done
 
     def read(self, reference: Reference | str) -> bytes:
@@ -189,6 +193,64 @@ class Swarm:
 
     def close(self) -> None:
         self.network.close()
+
+
+class _Writeback:
+    """Has a file being downloaded written to disk as it grows, by fdatasync on a helper thread.
+
+    Otherwise the kernel holds the whole blob as dirty pages until the caller's fsync,
+    which then waits for all of it at once: the disk idles while the chunks arrive and
+    everything else waits while the disk writes. Syncing what has arrived so far, one
+    sync at a time, overlaps the two, and leaves the caller's fsync only the tail. A
+    sync error is raised (the data is not on disk; a later fsync may not say so again).
+    """
+
+    every = 8 << 20
+
+    def __init__(self, out: BinaryIO, fd: int | None) -> None:
+        self.out = out
+        self.fd = fd
+        self.pending = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._syncing: Future[None] | None = None
+
+    @classmethod
+    def of(cls, out: BinaryIO) -> _Writeback:
+        try:
+            fd = out.fileno()
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except (AttributeError, OSError, ValueError):  # not a real file (a socket, BytesIO)
+            return cls(out, None)
+        return cls(out, fd if regular else None)
+
+    def __enter__(self) -> _Writeback:
+        return self
+
+    def wrote(self, size: int) -> None:
+        if self.fd is None:
+            return
+        self.pending += size
+        if self.pending < self.every or (self._syncing is not None and not self._syncing.done()):
+            return
+        self._wait()
+        self.pending = 0
+        self.out.flush()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writeback")
+        self._syncing = self._pool.submit(os.fdatasync, self.fd)
+
+    def _wait(self) -> None:
+        if self._syncing is not None:
+            syncing, self._syncing = self._syncing, None
+            syncing.result()
+
+    def __exit__(self, *exc: object) -> None:
+        # The caller may close the file as soon as get() returns: no sync may outlive it.
+        try:
+            self._wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
 
 
 def _ref(reference: Reference | str) -> Reference:

@@ -1,9 +1,11 @@
 """Placement, replicated upload, fallback, read repair and repair over in-process nodes."""
 
+import io
 import os
 
 import pytest
 
+from backend.swarm import api
 from backend.swarm.api import Swarm
 from backend.swarm.errors import NotEnoughReplicas, PeerError
 from backend.swarm.placement import overlay_address, xor_distance
@@ -157,3 +159,20 @@ def test_scrub_answer_wire_format():
     assert decode_address_lists(encode_address_lists([[], []])) == [[], []]
     with pytest.raises(ValueError):
         decode_address_lists(encode_address_lists([good, bad])[:-1])
+
+
+def test_get_into_a_file_syncs_it_as_it_grows(four, tmp_path, monkeypatch):
+    swarm, _, _ = four
+    data = os.urandom(SIZE * 40 + 7)
+    ref = swarm.put(data)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(api.os, "fdatasync", lambda fd: synced.append(os.fstat(fd).st_size) or real(fd))
+    monkeypatch.setattr(api._Writeback, "every", SIZE * 8)
+    out = tmp_path / "out.bin"
+    with open(out, "wb") as f:
+        assert swarm.get(ref, f) == len(data)
+    assert out.read_bytes() == data
+    assert synced and all(0 < size < len(data) for size in synced)  # while it grew; the tail is the caller's
+    buffer = io.BytesIO()  # not a file: nothing to sync, same bytes
+    assert swarm.get(ref, buffer) == len(data) and buffer.getvalue() == data
