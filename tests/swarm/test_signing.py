@@ -81,3 +81,14 @@ def test_a_signed_batch_binds_its_chunks_through_their_addresses():
     assert not is_valid_chunk(address, payload)
     # Changing an address or a length changes the signed digest.
     assert batch_digest(bytes([body[0] ^ 1]) + body[1:]) != batch_digest(body)
+
+
+def test_a_batch_sent_in_pieces_is_the_encoded_batch_with_the_same_digest():
+    from backend.swarm.reference import chunk_address
+    from backend.swarm.wire import BatchBody, batch_digest, encode_batch
+
+    chunks = [(chunk_address(d), d) for d in (b"a" * 100, bytearray(b"b" * 7), memoryview(b"c" * 3000))]
+    pieces = BatchBody(chunks)
+    body = encode_batch(chunks)
+    assert b"".join(pieces) == body and len(pieces) == len(body)
+    assert pieces.digest() == batch_digest(body)
