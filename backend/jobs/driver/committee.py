@@ -29,8 +29,6 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     path: when the last update arrives only that one is left to score. The scores are kept by
     (trainer, content hash) in this process; a restarted node scores again what it lost.
     """
-    if chain.participant(ctx, job.job_id).score_round == round_:
-        return Outcome(True, "scores already on chain")
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.TRAINING:
         return Outcome(True, "the round has moved on")
@@ -52,14 +50,21 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
         return Outcome(False, "scoring is not open yet (updates still due)")
     except ledger_errors.UnknownUpdate:
         return Outcome(False, "an update is not on chain yet; rescoring with the indexed set")
+    except ledger_errors.DuplicateScores:  # sent by an attempt that died before it recorded so
+        return Outcome(True, "scores already on chain")
     _scored.pop((ctx.address, job.job_id, round_), None)
     detail = f"scored {len(scores)} updates"
-    after = chain.job_state(ctx, job.job_id)
-    if (
-        after.round == round_
-        and after.phase == chain.RoundPhase.TRAINING
-        and after.score_count >= after.committee_size
-    ):
+    # Scores only add up: if the count before ours plus ours completes the set, it is complete;
+    # otherwise another member may have scored meanwhile, so ask.
+    complete = on_chain.score_count + 1 >= on_chain.committee_size
+    if not complete:
+        after = chain.job_state(ctx, job.job_id)
+        complete = (
+            after.round == round_
+            and after.phase == chain.RoundPhase.TRAINING
+            and after.score_count >= after.committee_size
+        )
+    if complete:
         # These scores completed the set: finalize in the same action, so no other node needs
         # to notice the last score first (the others stand by, see finalize_round).
         finalized = _send_finalize(ctx, job.job_id, round_)

@@ -22,6 +22,7 @@ from backend.jobs.config import JobConfig
 from backend.jobs.driver import aggregator, state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
+from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
 from fl_node.codec import content_hash, encode_update
@@ -63,7 +64,9 @@ def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     On a different hash (a faulty committee) the update is discarded, unpublished, and the
     round trains again on the fixed model, in the same claim: the privacy charge is not repeated.
     """
-    if chain.participant(ctx, job.job_id).update_round == round_:
+    # A first attempt cannot have submitted (the planner saw no update in the mirror); a retry
+    # after a crash may have: ask the contract before training again.
+    if claim.attempts > 1 and chain.participant(ctx, job.job_id).update_round == round_:
         return Outcome(True, "update already on chain")
     key = (ctx.address, job.job_id, round_)
     for _ in range(2):
@@ -75,9 +78,12 @@ def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
         if opened is _MOVED_ON:
             return Outcome(True, "the round has moved on")
         if opened == trained.base_hash.removeprefix("0x").lower():
-            receipt = chain.submit_update(
-                ctx, job.job_id, round_, trained.reference, trained.content_hash, trained.samples
-            )
+            try:
+                receipt = chain.submit_update(
+                    ctx, job.job_id, round_, trained.reference, trained.content_hash, trained.samples
+                )
+            except ledger_errors.DuplicateUpdate:
+                return Outcome(True, "update already on chain")
             detail = f"update of {trained.samples} samples submitted"
             if trained.ahead:
                 detail += " (trained ahead of the round, on this node's own aggregate)"
