@@ -176,6 +176,9 @@ DEFL_ACTION_RETRY_S = float(env("DEFL_ACTION_RETRY_S", "5"))
 # finalized, and submit only once the committee fixed the same model on chain.
 DEFL_SPECULATIVE_TRAINING = env_bool("DEFL_SPECULATIVE_TRAINING", True)
 DEFL_SPECULATION_WAIT_S = float(env("DEFL_SPECULATION_WAIT_S", "30"))
+# Local training runs on a thread with this niceness (Linux), so the node's other work (agent
+# ticks, scoring, the API and the peer API) does not queue behind it. 0: same priority.
+DEFL_TRAIN_NICE = env_int("DEFL_TRAIN_NICE", 10)
 
 # --- Dashboard (backend/web): the built Vue app, served by this node through WhiteNoise ---
 INSTALLED_APPS += ["backend.web"]

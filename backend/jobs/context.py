@@ -33,6 +33,8 @@ class NodeContext:
     # How long a speculative trainer waits, inside its action, for that model to be fixed before
     # it keeps the update aside and lets the agent go on (0: never wait; the in-process tests).
     speculation_wait_s: float = 0.0
+    # Niceness of the thread that trains (0: the process's own priority), see trainer.py.
+    train_nice: int = 0
 
 
 @lru_cache(maxsize=1)
@@ -51,4 +53,5 @@ def current_node() -> NodeContext:
         retry_after_s=settings.DEFL_ACTION_RETRY_S,
         speculative_training=settings.DEFL_SPECULATIVE_TRAINING,
         speculation_wait_s=settings.DEFL_SPECULATION_WAIT_S,
+        train_nice=settings.DEFL_TRAIN_NICE,
     )

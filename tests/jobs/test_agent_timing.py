@@ -52,3 +52,23 @@ def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_training_runs_on_a_lower_priority_thread_and_the_caller_keeps_its_own():
+    import os
+    import sys
+
+    import pytest
+
+    from backend.jobs.driver import trainer
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("niceness per thread is Linux's")
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = niceness()
+    ctx = SimpleNamespace(train_nice=7)
+    assert trainer.training_thread(ctx).submit(niceness).result() == min(mine + 7, 19)
+    assert niceness() == mine  # only the training thread yields

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -115,6 +117,32 @@ def _await_round(ctx, job_id: int, round_: int) -> str | None:
         time.sleep(AWAIT_POLL_S)
 
 
+_trainers: dict[int, ThreadPoolExecutor] = {}
+
+
+def training_thread(ctx) -> ThreadPoolExecutor:
+    """One thread that trains, at a lower CPU priority (``ctx.train_nice`` more niceness).
+
+    Training is bulk work that takes whatever CPU is left; everything else a node does is on
+    some round's critical path (noticing a block, scoring, finalizing, serving chunks and the
+    API), and should not queue behind it on a busy machine. Linux sets niceness per thread,
+    so only training yields; the rest of the process keeps its priority.
+    """
+    nice = max(0, int(ctx.train_nice))
+    if nice not in _trainers:
+        _trainers[nice] = ThreadPoolExecutor(1, "train", initializer=_lower_priority, initargs=(nice,))
+    return _trainers[nice]
+
+
+def _lower_priority(nice: int) -> None:
+    if nice:
+        try:
+            thread = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
+        except (AttributeError, OSError) as exc:  # not Linux, or not allowed: train at full priority
+            logger.info("training thread keeps its priority: %s", exc)
+
+
 def _base_model(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str, dict, bool]:
     """(hash, state, ahead) of the model the round starts from: fixed on chain, else this node's aggregate."""
     try:
@@ -148,7 +176,8 @@ def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAct
         # The DP accounting was charged above; train_local's own history is this call's only.
         model = config.build_model()
         with timing.part(timing.TRAIN):
-            update = train_local(model, global_state, data, train_config).update
+            update = training_thread(ctx).submit(train_local, model, global_state, data, train_config)
+            update = update.result().update
     work = time.perf_counter() - started
     update = {k: v for k, v in update.items() if v.is_floating_point()}
     if mechanism is not None:

@@ -75,10 +75,10 @@ def warm(ctx, job: mirror.Job) -> None:
     if train_config.private:
         plan_round(len(train), train_config)
     config.update_mechanism()
-    dry_run(config, train_config, initial, train)
+    dry_run(ctx, config, train_config, initial, train)
 
 
-def dry_run(config, train_config, initial: dict, train) -> None:
+def dry_run(ctx, config, train_config, initial: dict, train) -> None:
     """One training step on one batch, thrown away: a process's first training call pays about
     a second of one-off set-up (kernels, the DP engine's hooks) that round 1 should not pay.
 
@@ -97,5 +97,8 @@ def dry_run(config, train_config, initial: dict, train) -> None:
         target_epsilon=None,
         noise_multiplier=1.0 if train_config.private else None,
     )
+    from backend.jobs.driver.trainer import training_thread
+
     batch = train.subset(np.arange(min(len(train), train_config.batch_size)))
-    train_local(config.build_model(), initial, batch, step)
+    # On the thread that will train: some of the set-up (kernel caches) is per thread.
+    training_thread(ctx).submit(train_local, config.build_model(), initial, batch, step).result()
