@@ -53,8 +53,8 @@ class Swarm:
         network: Network,
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
-        batch_bytes: int = 4 << 20,
-        max_inflight_bytes: int = 24 << 20,
+        batch_bytes: int = 8 << 20,
+        max_inflight_bytes: int = 48 << 20,
     ) -> None:
         self.store = store
         self.network = network
