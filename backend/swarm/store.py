@@ -55,6 +55,7 @@ class ChunkStore:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "corrupt").mkdir(exist_ok=True)
         self.fsync = fsync
+        self._dirs: set[Path] = set()
         self._local = threading.local()
         with self._db() as db:
             db.execute(_SCHEMA)
@@ -117,10 +118,9 @@ class ChunkStore:
         final = self.path(address)
         if final.exists():
             return address, None, 0
-        final.parent.mkdir(exist_ok=True)
         tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = self._create(tmp)
             try:
                 view = memoryview(data)
                 while view:
@@ -134,6 +134,18 @@ class ChunkStore:
             tmp.unlink(missing_ok=True)
             raise
         return address, final, len(data)
+
+    def _create(self, tmp: Path) -> int:
+        # The 256 fan-out directories are made once per process, not checked per chunk;
+        # one removed behind our back (a wiped store) is made again.
+        if tmp.parent not in self._dirs:
+            tmp.parent.mkdir(exist_ok=True)
+            self._dirs.add(tmp.parent)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            tmp.parent.mkdir(exist_ok=True)
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
 
     # --- reading -------------------------------------------------------------------------
     def has(self, address: bytes) -> bool:

@@ -1,6 +1,7 @@
 """The local chunk store: atomic writes, verification on read, pins, reference counts, gc."""
 
 import os
+import shutil
 
 import pytest
 
@@ -96,3 +97,12 @@ def test_gc_grace_period_protects_fresh_chunks(tmp_path):
     store.put(address, data)
     assert store.gc(grace_s=3600).removed_chunks == 0
     assert store.has(address)
+
+
+def test_a_fan_out_directory_removed_behind_the_store_is_made_again(tmp_path):
+    store = ChunkStore(tmp_path / "s", fsync=False)
+    address, data = chunk()
+    store.put(address, data)
+    shutil.rmtree(store.path(address).parent)  # the store made it, and remembers that
+    store.put(address, data)
+    assert store.get(address) == data
