@@ -26,7 +26,9 @@ initial weights. The final global model of each is measured on the same test spl
 
 A round's time: DeFL, from the end of the previous round to the action that fixed this
 round's model (round 1 from the start call); Flower, from configure_fit to the end of
-aggregate_fit. Neither side counts its start-up (processes, chain, Ray). The sides run one
+aggregate_fit. Neither side counts its start-up (processes, chain, Ray); DeFL's job is started once
+every node reports its first round prepared (data loaded, noise calibrated), as Flower's clients
+have their data before the first round. The sides run one
 after the other, alternating with ``--repeat``; the ratio uses the medians of the per-round
 times. Goal: DeFL per round <= 1.2x Flower. Last line: one JSON object (``workload`` names the
 default one; ``secondary`` holds the 1-epoch figures).
