@@ -35,6 +35,7 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
+    workspace.keep_round(_scored, ctx.address, job.job_id, round_)
     known = _scored.setdefault((ctx.address, job.job_id, round_), {})
     _score_new(ctx, job, config, round_, updates, known)
     RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue

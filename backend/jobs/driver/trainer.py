@@ -75,6 +75,7 @@ def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
         trained = _waiting.pop(key, None) or _train(ctx, job, config, round_, claim)
         opened = _await_round(ctx, job.job_id, round_)
         if opened is None:
+            workspace.keep_round(_waiting, *key)
             _waiting[key] = trained
             return Outcome(False, f"trained on {trained.base_hash[:12]}…; waiting for round {round_} to open")
         if opened is _MOVED_ON:

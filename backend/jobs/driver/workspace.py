@@ -57,6 +57,16 @@ def clear() -> None:
         cache.clear()
 
 
+def keep_round(cache: dict, node: str, job_id: int, round_: int) -> None:
+    """Drop the entries of ``cache`` (keyed (node, job, round)) of this node's earlier rounds of the job.
+
+    Per-round caches of the driver keep only the round in progress: one that moved on without
+    its entry being used must not stay for the life of the process.
+    """
+    for key in [k for k in cache if k[:2] == (node, job_id) and k[2] < round_]:
+        del cache[key]
+
+
 def remember_model(model_hash: str, data: bytes) -> tuple[bytes, dict, dict]:
     state, server = decode_model(data)
     return _models.put(model_hash.removeprefix("0x"), (data, state, server))
