@@ -8,13 +8,16 @@ import {CommitteeRule} from "./CommitteeRule.sol";
 /// @title FederatedLearning: jobs, rounds and committee consensus (BFLC) for DeFL.
 /// @notice Round r of a running job: participants outside the round's committee submit one update
 /// each (`submitUpdate`); committee members score the updates (`submitScores`) once the updates are
-/// all in or the training deadline passed; anyone finalizes (`finalizeRound`) once every member
-/// scored or the scoring deadline passed. Finalizing applies CommitteeRule: accepted set and the
-/// next committee. The next committee aggregates off-chain; one member proposes the round's global
-/// model (`proposeGlobalModel`), the others confirm it (`confirmGlobalModel`); a majority of the
-/// committee (committeeSize / 2 + 1 votes, the proposer's included) fixes it and opens round r + 1
-/// (or finishes the job after the last round). Deadlines are in seconds (block.timestamp) or, with
-/// `useBlocks`, in blocks. Only references, hashes, scores and membership are stored or emitted.
+/// all in or the training deadline passed. The scores that complete the committee's set finalize
+/// the round in the same transaction (one transaction and one reaction less per round); if the
+/// scoring deadline passes with scores missing, anyone finalizes (`finalizeRound`) with those that
+/// are in. Finalizing applies CommitteeRule: accepted set and the next committee (or fails the job
+/// when fewer than minTrainers updates arrived). The next committee aggregates off-chain; one
+/// member proposes the round's global model (`proposeGlobalModel`), the others confirm it
+/// (`confirmGlobalModel`); a majority of the committee (committeeSize / 2 + 1 votes, the
+/// proposer's included) fixes it and opens round r + 1 (or finishes the job after the last round).
+/// Deadlines are in seconds (block.timestamp) or, with `useBlocks`, in blocks. Only references,
+/// hashes, scores and membership are stored or emitted.
 contract FederatedLearning {
     uint256 public constant MAX_PARTICIPANTS = 200;
     uint256 public constant MAX_COMMITTEE = 16;
@@ -250,6 +253,8 @@ contract FederatedLearning {
     }
 
     /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once.
+    /// The last member's scores complete the set and finalize the round in the same transaction
+    /// (ScoresSubmitted, then RoundFinalized or JobFailed, as `finalizeRound` would).
     function submitScores(uint256 jobId, uint16 round, address[] calldata trainers, uint16[] calldata scores)
         external
     {
@@ -277,41 +282,19 @@ contract FederatedLearning {
             roundScores[key] = packed | ((score + 1) << shift);
         }
         member.scoreRound = round;
-        job.scoreCount += 1;
+        uint8 scored = job.scoreCount + 1;
+        job.scoreCount = scored;
         emit ScoresSubmitted(jobId, round, msg.sender, trainers, scores);
+        if (scored >= job.committeeSize) _finalize(jobId, job, round);
     }
 
-    /// @notice Anyone, once every committee member scored or the scoring deadline passed.
+    /// @notice Anyone, once the scoring deadline passed with scores missing (the scores that
+    /// complete the set finalize the round themselves, see `submitScores`; after that the round is
+    /// no longer in training and this reverts with WrongPhase, or JobNotRunning if the job failed).
     function finalizeRound(uint256 jobId, uint16 round) external {
         Job storage job = _training(jobId, round);
         if (job.scoreCount < job.committeeSize && _now(job) <= job.scoreDeadline) revert RoundNotFinalizable(jobId);
-        uint256 n = job.updateCount;
-        if (n < job.minTrainers) {
-            job.status = Status.Failed;
-            emit JobFailed(jobId, round, uint16(n), job.minTrainers);
-            return;
-        }
-        address[] memory trainers = new address[](n);
-        uint256[] memory packed = new uint256[](n);
-        for (uint256 i; i < n; ++i) {
-            uint256 key = (uint256(round) << 16) | i;
-            trainers[i] = _trainerAt[jobId][key];
-            packed[i] = _scores[jobId][key];
-        }
-        uint256 size = job.committeeSize;
-        address[MAX_COMMITTEE] storage seats = _committee[jobId];
-        address[] memory current = new address[](size);
-        for (uint256 s; s < size; ++s) current[s] = seats[s];
-        CommitteeRule.Outcome memory out = CommitteeRule.decide(trainers, packed, job.topK, size, current);
-        for (uint256 s; s < size; ++s) {
-            address next = out.nextCommittee[s];
-            seats[s] = next;
-            Participant storage p = _participants[jobId][next];
-            p.committeeRound = round + 1;
-            p.seat = uint8(s);
-        }
-        job.phase = Phase.Aggregating;
-        emit RoundFinalized(jobId, round, out.ranking, out.medians, out.accepted, out.nextCommittee);
+        _finalize(jobId, job, round);
     }
 
     /// @notice A member of the newly elected committee proposes the round's aggregated global model.
@@ -375,6 +358,38 @@ contract FederatedLearning {
     }
 
     // ------------------------------------------------------------------ internals
+
+    /// Applies CommitteeRule to the round's scores: the accepted set and the next committee, or the
+    /// job fails when fewer than minTrainers updates arrived.
+    function _finalize(uint256 jobId, Job storage job, uint16 round) private {
+        uint256 n = job.updateCount;
+        if (n < job.minTrainers) {
+            job.status = Status.Failed;
+            emit JobFailed(jobId, round, uint16(n), job.minTrainers);
+            return;
+        }
+        address[] memory trainers = new address[](n);
+        uint256[] memory packed = new uint256[](n);
+        for (uint256 i; i < n; ++i) {
+            uint256 key = (uint256(round) << 16) | i;
+            trainers[i] = _trainerAt[jobId][key];
+            packed[i] = _scores[jobId][key];
+        }
+        uint256 size = job.committeeSize;
+        address[MAX_COMMITTEE] storage seats = _committee[jobId];
+        address[] memory current = new address[](size);
+        for (uint256 s; s < size; ++s) current[s] = seats[s];
+        CommitteeRule.Outcome memory out = CommitteeRule.decide(trainers, packed, job.topK, size, current);
+        for (uint256 s; s < size; ++s) {
+            address next = out.nextCommittee[s];
+            seats[s] = next;
+            Participant storage p = _participants[jobId][next];
+            p.committeeRound = round + 1;
+            p.seat = uint8(s);
+        }
+        job.phase = Phase.Aggregating;
+        emit RoundFinalized(jobId, round, out.ranking, out.medians, out.accepted, out.nextCommittee);
+    }
 
     function _maybeFix(uint256 jobId, Job storage job, uint16 round, bytes32 modelHash, Proposal storage proposal)
         private

@@ -17,8 +17,21 @@ def _train(fed, job, round_, trainers, samples=10):
 
 
 def _score_all(fed, job, round_, committee, trainers, score=lambda m, t: 5000 + 100 * t - m):
-    for m in committee:
+    """Every member scores; returns the receipts in order (the last one finalized the round)."""
+    return [
         fed.member(m).fl.submit_scores(job, round_, {fed.address(t): score(m, t) for t in trainers})
+        for m in committee
+    ]
+
+
+def _expected(fed, committee, trainers, top_k, score=lambda m, t: 5000 + 100 * t - m):
+    return decide_round(
+        [fed.address(t) for t in trainers],
+        {fed.address(m): {fed.address(t): score(m, t) for t in trainers} for m in committee},
+        top_k=top_k,
+        committee_size=len(committee),
+        current_committee=[fed.address(m) for m in committee],
+    )
 
 
 def test_propose_job_validates_spec_and_membership(fed):
@@ -148,16 +161,9 @@ def test_full_job_matches_reference_rule(fed):
     job, committee, trainers = fed.running_job(participants=8, top_k=2, rounds=2)
     for round_ in (1, 2):
         _train(fed, job, round_, trainers)
-        _score_all(fed, job, round_, committee, trainers)
-        receipt = fed.member(11).fl.finalize_round(job, round_)  # a non-participant may finalize
+        receipt = _score_all(fed, job, round_, committee, trainers)[-1]  # the last scores finalize
         outcome = receipt.event("RoundFinalized").args
-        expected = decide_round(
-            [fed.address(t) for t in trainers],
-            {fed.address(m): {fed.address(t): 5000 + 100 * t - m for t in trainers} for m in committee},
-            top_k=2,
-            committee_size=3,
-            current_committee=[fed.address(m) for m in committee],
-        )
+        expected = _expected(fed, committee, trainers, top_k=2)
         assert outcome["accepted"] == expected.accepted
         assert outcome["nextCommittee"] == expected.next_committee
         assert outcome["ranking"] == expected.ranking
@@ -197,8 +203,7 @@ def test_no_node_stays_on_the_committee(fed):
     for round_ in (1, 2, 3):
         seen.append(set(committee))
         _train(fed, job, round_, trainers)
-        _score_all(fed, job, round_, committee, trainers)
-        fed.member(0).fl.finalize_round(job, round_)
+        _score_all(fed, job, round_, committee, trainers)  # the last scores finalize the round
         addresses = fed.member(0).fl.committee(job)
         new = [next(i for i in range(12) if fed.address(i) == a) for a in addresses]
         for i, member in enumerate(new):
@@ -213,6 +218,65 @@ def test_no_node_stays_on_the_committee(fed):
         assert not set(new) & set(committee)  # 3 trainers fill all 3 seats: the old committee steps down
         committee, trainers = new, sorted(set(range(6)) - set(new))
     assert seen[0] != seen[1]
+
+
+def test_last_scores_finalize_the_round(fed):
+    job, committee, trainers = fed.running_job(participants=7, top_k=2)
+    _train(fed, job, 1, trainers)
+    first, second, last = _score_all(fed, job, 1, committee, trainers)
+    # the earlier members' scores do not finalize: the round stays in training
+    for receipt in (first, second):
+        assert [e.name for e in receipt.events] == ["ScoresSubmitted"]
+    # the scores that complete the set finalize it in the same transaction, after ScoresSubmitted
+    assert [e.name for e in last.events] == ["ScoresSubmitted", "RoundFinalized"]
+    outcome = last.event("RoundFinalized").args
+    expected = _expected(fed, committee, trainers, top_k=2)
+    assert outcome["round"] == 1
+    assert outcome["ranking"] == expected.ranking
+    assert outcome["medians"] == [expected.medians[a] for a in expected.ranking]
+    assert outcome["accepted"] == expected.accepted
+    assert outcome["nextCommittee"] == expected.next_committee
+    state = fed.member(0).fl.get_job(job)
+    assert state.status is JobStatus.RUNNING and state.round == 1 and state.phase is RoundPhase.AGGREGATING
+    assert fed.member(0).fl.committee(job) == expected.next_committee
+
+
+def test_earlier_scores_do_not_finalize(fed):
+    job, committee, trainers = fed.running_job(participants=6)
+    _train(fed, job, 1, trainers)
+    for m in committee[:-1]:
+        receipt = fed.member(m).fl.submit_scores(job, 1, {fed.address(t): 5000 for t in trainers})
+        assert [e.name for e in receipt.events] == ["ScoresSubmitted"]
+    assert fed.member(0).fl.get_job(job).phase is RoundPhase.TRAINING
+    with pytest.raises(errors.RoundNotFinalizable):  # a score still due, deadline not passed
+        fed.member(11).fl.finalize_round(job, 1)
+
+
+def test_finalize_after_the_last_scores_reverts(fed):
+    job, committee, trainers = fed.running_job(participants=6)
+    _train(fed, job, 1, trainers)
+    _score_all(fed, job, 1, committee, trainers)
+    with pytest.raises(errors.WrongPhase):  # finalized already, by the last scores
+        fed.member(11).fl.finalize_round(job, 1)
+    fed.advance(1201)  # past the score deadline as well: still finalized once only
+    with pytest.raises(errors.WrongPhase):
+        fed.member(0).fl.finalize_round(job, 1)
+
+
+def test_last_scores_with_too_few_updates_fail_the_job(fed):
+    # Scoring opens with updates missing only after the update deadline; if every member then
+    # scores, the last scores fail the job exactly as finalizeRound would.
+    job, committee, trainers = fed.running_job(participants=6, min_trainers=3)
+    _train(fed, job, 1, trainers[:2])
+    fed.advance(601)
+    receipts = _score_all(fed, job, 1, committee, trainers[:2])
+    assert all([e.name for e in r.events] == ["ScoresSubmitted"] for r in receipts[:-1])
+    assert [e.name for e in receipts[-1].events] == ["ScoresSubmitted", "JobFailed"]
+    failed = receipts[-1].event("JobFailed").args
+    assert (failed["round"], failed["updates"], failed["minTrainers"]) == (1, 2, 3)
+    assert fed.member(0).fl.get_job(job).status is JobStatus.FAILED
+    with pytest.raises(errors.JobNotRunning):
+        fed.member(0).fl.finalize_round(job, 1)
 
 
 def test_too_few_updates_fail_the_job(fed):

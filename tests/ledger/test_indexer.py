@@ -31,8 +31,9 @@ def _run_one_round_job(ledgers) -> int:
         fl[i].submit_update(job, 1, bytes([i]) * 64, bytes([i]) * 32, 10 * i)
     addr = [ledger.client.address for ledger in ledgers]
     fl[0].submit_scores(job, 1, {addr[2]: 9000, addr[3]: 7000, addr[4]: 0})
-    fl[1].submit_scores(job, 1, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0})
-    outcome = fl[4].finalize_round(job, 1).event("RoundFinalized").args
+    # the last member's scores finalize the round in the same transaction
+    last = fl[1].submit_scores(job, 1, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0})
+    outcome = last.event("RoundFinalized").args
     elected = [addr.index(a) for a in outcome["nextCommittee"]]
     fl[elected[0]].propose_global_model(job, 1, b"\x44" * 64, MODEL)
     fl[elected[1]].confirm_global_model(job, 1, MODEL)
@@ -86,6 +87,10 @@ def test_indexer_builds_typed_tables(federation, finished_job):
     assert models.Dataset.objects.get(dataset_id=1).privacy_spent == 1_250_000
     assert models.PrivacySpend.objects.get(dataset__dataset_id=1, job_id=1).spent == 1_250_000
     assert models.ChainEvent.objects.filter(name="UpdateSubmitted").count() == 3
+    # the last scores and the round's finalization: one transaction, in that order
+    last_scores = models.ChainEvent.objects.filter(name="ScoresSubmitted").last()
+    finalized = models.ChainEvent.objects.get(name="RoundFinalized")
+    assert finalized.tx_hash == last_scores.tx_hash and finalized.log_index > last_scores.log_index
 
 
 @pytest.mark.django_db

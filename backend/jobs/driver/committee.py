@@ -1,4 +1,7 @@
-"""The committee's part of a round: score every update on this node's validation data, then finalize.
+"""The committee's part of a round: score every update on this node's validation data.
+
+The scores that complete the committee's set finalize the round on chain in the same
+transaction; a separate finalize is sent only when the score deadline ends the scoring.
 
 A malformed update, or one whose bytes do not match the hash on chain, scores 0; it is
 never an error (fl_node.score guarantees that for the bytes themselves).
@@ -24,6 +27,10 @@ _scored: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
 
 def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
     """Score the round's updates as they arrive; submit the scores once all are in.
+
+    If these scores complete the committee's set, the contract finalizes the round in the same
+    transaction (its receipt carries RoundFinalized, or JobFailed): nothing more is sent, and no
+    other node has to notice the last score first.
 
     Scoring an update while the other trainers still train takes it off the round's critical
     path: when the last update arrives only that one is left to score. The scores are kept by
@@ -55,21 +62,14 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
         return Outcome(True, "scores already on chain")
     _scored.pop((ctx.address, job.job_id, round_), None)
     detail = f"scored {len(scores)} updates"
-    # Scores only add up: if the count before ours plus ours completes the set, it is complete;
-    # otherwise another member may have scored meanwhile, so ask.
-    complete = on_chain.score_count + 1 >= on_chain.committee_size
-    if not complete:
-        after = chain.job_state(ctx, job.job_id)
-        complete = (
-            after.round == round_
-            and after.phase == chain.RoundPhase.TRAINING
-            and after.score_count >= after.committee_size
+    events = {e.name: e for e in receipt.events}
+    if "RoundFinalized" in events:  # these scores completed the set
+        detail += "; round finalized with the scores"
+    elif "JobFailed" in events:  # completed the set, but too few updates arrived
+        failed = events["JobFailed"].args
+        detail += (
+            f"; job failed with the scores ({failed['updates']} updates, {failed['minTrainers']} needed)"
         )
-    if complete:
-        # These scores completed the set: finalize in the same action, so no other node needs
-        # to notice the last score first (the others stand by, see finalize_round).
-        finalized = _send_finalize(ctx, job.job_id, round_)
-        detail += "; " + finalized.detail
     return Outcome(True, detail, receipt.tx_hash)
 
 
@@ -99,13 +99,15 @@ def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict) -
 
 
 def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
-    """Finalize a round whose scores are all in, or whose score deadline passed.
+    """Finalize a round whose score deadline passed with scores missing.
 
-    One node sends it, not every node at once (all but one would revert): the member whose
-    scores complete the set finalizes inside its score action; when the deadline ends the
-    scoring instead, seat 0 of the committee finalizes. Every other node, and a designated
-    one that went away, is a fallback: it sends only once ``proposer_fallback_s`` passed since
-    it first saw the round finalizable, if the round is still open then.
+    A round whose scores are all in needs nothing here: the scores that complete the set
+    finalize it on chain in the same transaction (see score_round), so the mirror shows it
+    aggregating as soon as it shows the last scores. When the deadline ends the scoring
+    instead, one node sends the finalize, not every node at once (all but one would revert):
+    seat 0 of the committee. Every other node, and a designated one that went away, is a
+    fallback: it sends only once ``proposer_fallback_s`` passed since it first saw the round
+    finalizable, if the round is still open then.
     """
     if job.rounds_set.filter(number=round_).exclude(status=mirror.Round.Status.TRAINING).exists():
         return Outcome(True, "round finalized already")

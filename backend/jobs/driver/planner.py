@@ -5,7 +5,7 @@ and every action re-checks the contract before it sends anything.
 
     round r Training, me not on r's committee, no update from me, before the update deadline -> TRAIN
     round r Training, me on r's committee, not scored, an update in or update deadline passed -> SCORE
-    round r Training, every member scored or the score deadline passed                        -> FINALIZE
+    round r Training, the score deadline passed with scores missing                           -> FINALIZE
     round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
     round r Aggregating, me not on the next committee, r < rounds, speculating              -> TRAIN r+1
     GlobalModelFixed for round r, no metrics of mine for r                                    -> REGISTER
@@ -70,6 +70,10 @@ def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -
         updates = job.updates.filter(round=number).count()
         if updates >= trainers or now > round_.update_deadline or updates > _scored(address, job, number):
             due.append(Due(job.job_id, number, Kind.SCORE))
+    # The scores that complete the set finalize the round in their own transaction, and the
+    # indexer stores whole blocks at once: the mirror does not show a round in training with
+    # every member scored. FINALIZE is for the deadline path (committee.finalize_round); the
+    # first condition only keeps a safeguard.
     if len(scored) >= job.committee_size or now > round_.score_deadline:
         due.append(Due(job.job_id, number, Kind.FINALIZE))
     return due
