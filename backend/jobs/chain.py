@@ -75,14 +75,17 @@ def job_state(ctx, job_id: int) -> JobState:
         return ctx.ledger.fl.get_job(job_id)
 
 
-def chain_time(ctx) -> int:
+def chain_time(ctx, latest_timestamp: int | None = None) -> int:
     """Seconds as the contract will see them: the latest block's timestamp, or the clock when later.
 
     A chain that mines only on transactions (anvil, eth-tester) has an old latest block while
     idle; the next block takes the wall clock, which is what a deadline check will meet.
+    ``latest_timestamp``: the latest block's, when the caller has it (a newHeads notification).
     """
-    block = ctx.ledger.client.read(lambda: ctx.ledger.client.w3.eth.get_block("latest"))
-    return max(int(block["timestamp"]), int(time.time()))
+    if latest_timestamp is None:
+        block = ctx.ledger.client.read(lambda: ctx.ledger.client.w3.eth.get_block("latest"))
+        latest_timestamp = int(block["timestamp"])
+    return max(int(latest_timestamp), int(time.time()))
 
 
 def contract_now(ctx, job: JobState) -> int:
@@ -90,13 +93,13 @@ def contract_now(ctx, job: JobState) -> int:
     return ctx.ledger.client.block_number() if job.use_blocks else chain_time(ctx)
 
 
-def sync_mirror(ctx) -> None:
-    """Run the event indexer once (it alone writes the mirror tables)."""
+def sync_mirror(ctx, head: int | None = None) -> None:
+    """Run the event indexer once (it alone writes the mirror tables); ``head``: see EventIndexer.sync."""
     from backend.ledger.indexer import EventIndexer
 
     indexer = EventIndexer(ctx.ledger.client, ctx.ledger.deployment, confirmations=_confirmations())
     try:
-        indexer.sync()
+        indexer.sync(head)
     except IntegrityError:
         # Another process stored the same events at the same moment; the next pass resumes.
         pass

@@ -130,6 +130,10 @@ def revert_from(exc: BaseException) -> ContractRevert | None:
     return None
 
 
+# How long a base fee read for one transaction is used for the next ones (see ChainClient._fees).
+FEE_TTL_S = 1.0
+
+
 class ChainClient:
     """Talks JSON-RPC for one account. Settings are passed in, never read here."""
 
@@ -159,6 +163,7 @@ class ChainClient:
         self.in_process = isinstance(w3.provider, EthereumTesterProvider)
         self._rpc_lock: Any = threading.RLock() if self.in_process else contextlib.nullcontext()
         self._chain_id: int | None = None
+        self._base_fee: tuple[float, int] | None = None  # (monotonic time read, wei)
 
     # ---------------------------------------------------------------- reads
 
@@ -238,7 +243,15 @@ class ChainClient:
         return self.read(lambda: self.w3.eth.get_transaction_count(self.address, "pending"))
 
     def _fees(self) -> dict[str, int]:
-        base = self.read(lambda: self.w3.eth.get_block("latest")).get("baseFeePerGas") or 0
+        # The fee cap is twice the base fee: it survives the base fee doubling, which takes six
+        # or more full blocks (EIP-1559 raises it at most 12.5% a block). So a base fee read up
+        # to FEE_TTL_S ago is as good as a fresh one, and a node sending several transactions
+        # in a round saves a request on each.
+        now = time.monotonic()
+        if self._base_fee is None or now - self._base_fee[0] > FEE_TTL_S:
+            base = self.read(lambda: self.w3.eth.get_block("latest")).get("baseFeePerGas") or 0
+            self._base_fee = (now, int(base))
+        base = self._base_fee[1]
         return {"maxFeePerGas": 2 * base + self.priority_fee, "maxPriorityFeePerGas": self.priority_fee}
 
     def _send_raw(self, raw: bytes, tx_hash: str) -> str:

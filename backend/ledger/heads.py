@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from .client import ChainClient
@@ -36,6 +37,23 @@ def endpoint_of(client: ChainClient) -> str | None:
     return getattr(provider, "endpoint_uri", None)
 
 
+@dataclass(frozen=True)
+class Head:
+    """A block header as the newHeads subscription delivered it."""
+
+    number: int
+    timestamp: int
+
+
+def parse_head(message: str) -> Head | None:
+    """The header in an ``eth_subscription`` notification; None for anything else."""
+    try:
+        result = json.loads(message)["params"]["result"]
+        return Head(int(result["number"], 16), int(result["timestamp"], 16))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class HeadWatcher:
     def __init__(self, client: ChainClient, *, poll: float = 0.05, subscribe: bool = True) -> None:
         self.client = client
@@ -44,6 +62,7 @@ class HeadWatcher:
         self._last: int | None = self._head()  # changes after this are new blocks
         self._subscribed = False
         self._closed = threading.Event()
+        self._latest: Head | None = None
         url = endpoint_of(client)
         ws_url = websocket_url(url) if (subscribe and url) else None
         if ws_url:
@@ -52,6 +71,15 @@ class HeadWatcher:
     @property
     def subscribed(self) -> bool:
         return self._subscribed
+
+    @property
+    def latest(self) -> Head | None:
+        """The newest header the subscription delivered, while subscribed; else None (ask the chain).
+
+        It saves the tick two requests (the head's number for the indexer, its timestamp for
+        the deadlines): they are in the notification that woke it.
+        """
+        return self._latest if self._subscribed else None
 
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; True if a new block arrived (or may have: polling)."""
@@ -100,6 +128,9 @@ class HeadWatcher:
                     except TimeoutError:
                         continue
                     if '"eth_subscription"' in message:
+                        head = parse_head(message)
+                        if head is not None and (self._latest is None or head.number >= self._latest.number):
+                            self._latest = head
                         self._new_head.set()
         except Exception as exc:
             logger.info(
@@ -107,4 +138,5 @@ class HeadWatcher:
             )
         finally:
             self._subscribed = False
+            self._latest = None
             self._new_head.set()  # wake a waiter so it continues by polling

@@ -127,10 +127,13 @@ def update_submitted(e: DecodedEvent) -> None:
 def scores_submitted(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
-    for trainer, score in zip(a["trainers"], a["scores"], strict=True):
-        Score.objects.get_or_create(
-            job=job, round=a["round"], member=a["member"], trainer=trainer, defaults={"score": score}
-        )
+    Score.objects.bulk_create(
+        [
+            Score(job=job, round=a["round"], member=a["member"], trainer=trainer, score=score)
+            for trainer, score in zip(a["trainers"], a["scores"], strict=True)
+        ],
+        ignore_conflicts=True,
+    )
 
 
 def round_finalized(e: DecodedEvent) -> None:
@@ -144,10 +147,13 @@ def round_finalized(e: DecodedEvent) -> None:
         Update.objects.filter(job=job, round=a["round"], trainer=trainer).update(
             median=median, rank=rank, accepted=trainer in accepted
         )
-    for position, trainer in enumerate(a["accepted"]):
-        AcceptedUpdate.objects.get_or_create(
-            job=job, round=a["round"], position=position, defaults={"trainer": trainer}
-        )
+    AcceptedUpdate.objects.bulk_create(
+        [
+            AcceptedUpdate(job=job, round=a["round"], position=position, trainer=trainer)
+            for position, trainer in enumerate(a["accepted"])
+        ],
+        ignore_conflicts=True,
+    )
     # the elected committee sits on the next round (it aggregates this one, then scores that one)
     for seat, member in enumerate(a["nextCommittee"]):
         CommitteeSeat.objects.update_or_create(

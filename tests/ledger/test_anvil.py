@@ -21,7 +21,7 @@ from backend.ledger.anvil import AnvilProcess
 from backend.ledger.client import ChainClient, RetryPolicy
 from backend.ledger.deployment import Ledger, deploy_contracts
 from backend.ledger.devnet import bootstrap_consortium, dev_account, overlay_of, public_key
-from backend.ledger.heads import HeadWatcher
+from backend.ledger.heads import Head, HeadWatcher
 from backend.ledger.resources import JobSpec
 
 pytestmark = pytest.mark.integration
@@ -241,6 +241,9 @@ def test_head_watcher_wakes_on_each_new_block_through_its_subscription(anvil):
             client.w3.provider.make_request("evm_mine", [])
             assert heads.wait(5.0)
             assert time.monotonic() - mined < 0.5
+            # the notification carries the header: the tick needs no request for it
+            block = client.w3.eth.get_block("latest")
+            assert heads.latest == Head(block["number"], block["timestamp"])
     finally:
         heads.close()
 
@@ -255,6 +258,7 @@ def test_head_watcher_polls_where_there_is_no_subscription(anvil):
         assert not heads.wait(0.2)
         client.w3.provider.make_request("evm_mine", [])
         assert heads.wait(2.0)
+        assert heads.latest is None  # no header to offer: the tick asks the chain
         heads.close()
     finally:
         proxy.close()
