@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
+from django.db import close_old_connections
 
 from backend.jobs.context import current_node
-from backend.jobs.driver import actions, warmup
+from backend.jobs.driver import actions, priority, warmup
 from backend.jobs.driver.planner import Due
+from backend.jobs.models import RoundAction
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="jobs.run_action", ignore_result=True)
@@ -23,7 +30,24 @@ def warm_job(job_id: int) -> bool:
 
 
 def dispatch(due: Due) -> None:
+    if due.kind == RoundAction.Kind.REGISTER and settings.CELERY_TASK_ALWAYS_EAGER:
+        # Serving and measuring a fixed model is on no round's critical path. Run inline it
+        # would hold the agent (a trainer registers as its own training ends, just when the
+        # round's last update is being scored); beside it, at training priority, it neither
+        # delays the agent's next reaction nor takes CPU from the committee's scoring.
+        ctx = current_node()
+        priority.low_priority("register", ctx.train_nice).submit(_run_in_background, ctx, due)
+        return
     run_action.delay(due.job_id, due.round, due.kind)
+
+
+def _run_in_background(ctx, due: Due) -> None:
+    try:
+        actions.run(ctx, due)
+    except Exception:  # actions.run records its own failures; this is the database going away
+        logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
+    finally:
+        close_old_connections()
 
 
 @worker_ready.connect

@@ -30,7 +30,7 @@ def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch
     head = {"n": 1}
     ticks = []
     ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
-    monkeypatch.setattr(agent, "tick", lambda _ctx, _dispatch: ticks.append(time.monotonic()) or [])
+    monkeypatch.setattr(agent, "tick", lambda _ctx, _dispatch, _head=None: ticks.append(time.monotonic()) or [])
     stop = threading.Event()
     thread = threading.Thread(
         target=agent.run_forever,

@@ -1,8 +1,9 @@
 """The agent loop (``manage.py node run``): index the chain, plan this node's actions, dispatch them.
 
 Each tick is cheap when nothing is due: one log query to the chain and a few indexed
-queries. With no broker the actions run inline, one after another, in this process;
-with CELERY_BROKER_URL they go to the node's Celery worker.
+queries. With no broker the actions run inline, one after another, in this process (but
+registering a fixed model, which runs beside them, see tasks.dispatch); with
+CELERY_BROKER_URL they go to the node's Celery worker.
 """
 
 from __future__ import annotations
@@ -13,23 +14,25 @@ import time
 from collections.abc import Callable
 
 from backend.jobs import chain
-from backend.jobs.driver import actions, planner, warmup
+from backend.jobs.driver import actions, planner, prefetch, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
 from backend.ledger import models as mirror
+from backend.ledger.heads import Head, HeadWatcher
 
 logger = logging.getLogger(__name__)
 _discovery_attempts: dict[int, float] = {}
 DISCOVERY_RETRY_S = 10.0
 
 
-def tick(ctx, dispatch: Callable[[Due], None]) -> list[Due]:
-    """One pass: returns the actions dispatched."""
-    chain.sync_mirror(ctx)
+def tick(ctx, dispatch: Callable[[Due], None], head: Head | None = None) -> list[Due]:
+    """One pass: returns the actions dispatched. ``head``: the chain's latest block, when known."""
+    chain.sync_mirror(ctx, head.number if head else None)
     discover_configs(ctx)
     warmup.warm_jobs(ctx)
     offered = []
-    now = chain.chain_time(ctx)
+    now = chain.chain_time(ctx, head.timestamp if head else None)
+    prefetch.round_updates(ctx)
     for due in planner.due_actions(ctx.address, now, speculate=ctx.speculative_training):
         if actions.offer(ctx, due):
             offered.append(due)
@@ -41,8 +44,8 @@ def discover_configs(ctx) -> None:
     """Fetch the configuration of every open or running job this node has not seen yet."""
     from backend.jobs.services import discover
 
-    known = set(JobRecord.objects.values_list("onchain_id", flat=True))
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
+    known = JobRecord.objects.values("onchain_id")  # a subquery: one query a tick, not two
     for job in mirror.Job.objects.filter(status__in=active).exclude(job_id__in=known):
         if time.monotonic() - _discovery_attempts.get(job.job_id, -1e9) < DISCOVERY_RETRY_S:
             continue
@@ -69,12 +72,11 @@ def run_forever(
     due: reacting to it at once instead of at the next full tick removes most of the wait
     between one node's step and the next node's. The ledger's HeadWatcher says when: a
     newHeads subscription where the chain serves one (no request while idle), else one
-    eth_blockNumber per ``poll``. The full tick (indexer, planner) runs on a new block, or for
-    deadlines that pass without one, every ``interval``. A tick that ran an action in-process
+    eth_blockNumber per ``poll``; a subscription's header also gives the tick the head's
+    number and timestamp, which it would otherwise ask for. The full tick (indexer, planner)
+    runs on a new block, or for deadlines that pass without one, every ``interval``. A tick that ran an action in-process
     sent a transaction, so the next wait returns at once and ticks again.
     """
-    from backend.ledger.heads import HeadWatcher
-
     stop = stop or threading.Event()
     poll = interval if poll is None else max(0.005, min(poll, interval))
     heads = HeadWatcher(ctx.ledger.client, poll=poll, subscribe=subscribe)
@@ -86,7 +88,7 @@ def run_forever(
                 continue  # no new block yet; the stop flag is checked at least every second
             last_tick = time.monotonic()
             try:
-                offered = tick(ctx, dispatch)
+                offered = tick(ctx, dispatch, heads.latest)
                 if on_tick:
                     on_tick(offered)
             except Exception:  # the chain or the database is briefly away: keep the node alive

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef
+
 from backend.jobs.driver import state
 from backend.jobs.models import RoundAction, RoundMetric
 from backend.ledger import models as mirror
@@ -86,8 +88,12 @@ def _scored(address: str, job: mirror.Job, number: int) -> int:
 
 
 def _registrations(address: str, jobs) -> list[Due]:
-    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).values_list("job__job_id", "round")
-    measured = set(RoundMetric.objects.filter(node=address).values_list("job_id", "round"))
+    # One query that returns only the unregistered models: the table of fixed models grows
+    # with every round, and this runs on every tick.
+    measured = RoundMetric.objects.filter(
+        node=address, job_id=OuterRef("job__job_id"), round=OuterRef("round")
+    )
+    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).filter(~Exists(measured))
     return [
-        Due(job_id, number, Kind.REGISTER) for job_id, number in fixed if (job_id, number) not in measured
+        Due(job_id, number, Kind.REGISTER) for job_id, number in fixed.values_list("job__job_id", "round")
     ]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ import torch
 from backend.datasets.budget import Charge, reserve_budget, send_spend
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import aggregator, state, timing, workspace
+from backend.jobs.driver import aggregator, priority, state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
 from backend.ledger import errors as ledger_errors
@@ -118,30 +116,9 @@ def _await_round(ctx, job_id: int, round_: int) -> str | None:
         time.sleep(AWAIT_POLL_S)
 
 
-_trainers: dict[int, ThreadPoolExecutor] = {}
-
-
 def training_thread(ctx) -> ThreadPoolExecutor:
-    """One thread that trains, at a lower CPU priority (``ctx.train_nice`` more niceness).
-
-    Training is bulk work that takes whatever CPU is left; everything else a node does is on
-    some round's critical path (noticing a block, scoring, finalizing, serving chunks and the
-    API), and should not queue behind it on a busy machine. Linux sets niceness per thread,
-    so only training yields; the rest of the process keeps its priority.
-    """
-    nice = max(0, int(ctx.train_nice))
-    if nice not in _trainers:
-        _trainers[nice] = ThreadPoolExecutor(1, "train", initializer=_lower_priority, initargs=(nice,))
-    return _trainers[nice]
-
-
-def _lower_priority(nice: int) -> None:
-    if nice:
-        try:
-            thread = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
-        except (AttributeError, OSError) as exc:  # not Linux, or not allowed: train at full priority
-            logger.info("training thread keeps its priority: %s", exc)
+    """The thread that trains, ``ctx.train_nice`` steps nicer than the rest (see driver.priority)."""
+    return priority.low_priority("train", ctx.train_nice)
 
 
 def _base_model(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str, dict, bool]:

@@ -55,6 +55,7 @@ _scratch = _Lru(4)  # config bytes -> nn.Module
 def clear() -> None:
     for cache in (_models, _splits, _scratch):
         cache.clear()
+    blobs.clear()
 
 
 def keep_round(cache: dict, node: str, job_id: int, round_: int) -> None:
