@@ -6,6 +6,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from backend.jobs.driver import agent, timing
 
 
@@ -30,7 +32,9 @@ def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch
     head = {"n": 1}
     ticks = []
     ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
-    monkeypatch.setattr(agent, "tick", lambda _ctx, _dispatch, _head=None: ticks.append(time.monotonic()) or [])
+    monkeypatch.setattr(
+        agent, "tick", lambda _ctx, _dispatch, _head=None, _gate=None: ticks.append(time.monotonic()) or []
+    )
     stop = threading.Event()
     thread = threading.Thread(
         target=agent.run_forever,
@@ -72,3 +76,36 @@ def test_training_runs_on_a_lower_priority_thread_and_the_caller_keeps_its_own()
     ctx = SimpleNamespace(train_nice=7)
     assert trainer.training_thread(ctx).submit(niceness).result() == min(mine + 7, 19)
     assert niceness() == mine  # only the training thread yields
+
+
+@pytest.mark.django_db
+def test_ticks_plan_only_for_the_jobs_contract_or_after_the_interval(monkeypatch):
+    from backend.ledger.models import ChainEvent
+
+    clock = {"t": 100.0}
+    monkeypatch.setattr(agent.time, "monotonic", lambda: clock["t"])
+    serial = iter(range(1, 100))
+
+    def event(contract: str) -> None:
+        n = next(serial)
+        ChainEvent.objects.create(
+            contract=contract,
+            address="0x" + "1" * 40,
+            name="E",
+            block_number=n,
+            tx_hash=f"0x{n:064x}",
+            log_index=0,
+            args={},
+        )
+
+    gate = agent.PlanGate(interval=0.5)
+    assert gate.should_plan()  # the first tick plans
+    event("DataRegistry")  # a trainer's spendPrivacy: nothing a planner reads
+    clock["t"] += 0.1
+    assert not gate.should_plan()
+    event("FederatedLearning")  # an update, a score, a finalized round...
+    clock["t"] += 0.1
+    assert gate.should_plan()
+    assert not gate.should_plan()  # nothing new since
+    clock["t"] += 0.5
+    assert gate.should_plan()  # deadlines pass without blocks: plan every interval

@@ -19,15 +19,45 @@ from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
 from backend.ledger import models as mirror
 from backend.ledger.heads import Head, HeadWatcher
+from backend.ledger.models import ChainEvent
 
 logger = logging.getLogger(__name__)
 _discovery_attempts: dict[int, float] = {}
 DISCOVERY_RETRY_S = 10.0
+JOBS_CONTRACT = "FederatedLearning"  # the contract whose events move rounds (ChainEvent.contract)
 
 
-def tick(ctx, dispatch: Callable[[Due], None], head: Head | None = None) -> list[Due]:
+class PlanGate:
+    """Whether a tick needs to plan: only the jobs contract's events (or time) change what is due.
+
+    Each trainer's spendPrivacy is a block of its own, and every node wakes for every block;
+    planning for one that holds only dataset or node events finds nothing new, at the cost of
+    the planner's queries on every node, while the trainers train. Events are counted by row,
+    whichever process of the node indexed them (the API indexes too).
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.seen = 0  # the newest ChainEvent row planned for
+        self.planned_at = float("-inf")
+
+    def should_plan(self) -> bool:
+        newest = ChainEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+        relevant = ChainEvent.objects.filter(id__gt=self.seen, contract=JOBS_CONTRACT).exists()
+        self.seen = newest
+        if relevant or time.monotonic() - self.planned_at >= self.interval:
+            self.planned_at = time.monotonic()
+            return True
+        return False
+
+
+def tick(
+    ctx, dispatch: Callable[[Due], None], head: Head | None = None, gate: PlanGate | None = None
+) -> list[Due]:
     """One pass: returns the actions dispatched. ``head``: the chain's latest block, when known."""
     chain.sync_mirror(ctx, head.number if head else None)
+    if gate is not None and not gate.should_plan():
+        return []
     discover_configs(ctx)
     warmup.warm_jobs(ctx)
     offered = []
@@ -80,6 +110,7 @@ def run_forever(
     stop = stop or threading.Event()
     poll = interval if poll is None else max(0.005, min(poll, interval))
     heads = HeadWatcher(ctx.ledger.client, poll=poll, subscribe=subscribe)
+    gate = PlanGate(interval)
     last_tick = float("-inf")
     try:
         while not stop.is_set():
@@ -88,7 +119,7 @@ def run_forever(
                 continue  # no new block yet; the stop flag is checked at least every second
             last_tick = time.monotonic()
             try:
-                offered = tick(ctx, dispatch, heads.latest)
+                offered = tick(ctx, dispatch, heads.latest, gate)
                 if on_tick:
                     on_tick(offered)
             except Exception:  # the chain or the database is briefly away: keep the node alive
