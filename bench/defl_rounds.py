@@ -7,8 +7,9 @@ SQLite database, chunk directory and key, driven through the REST API.
 A round's wall time runs from the end of the previous round (the action that fixed its
 global model; for round 1, the ``start`` call) to the end of the action that fixed this
 round's model. It is split along the round's critical path, read from every node's rounds
-API ``timings``: the last trainer to finish, the last committee member to score, the
-finalize that went through, the aggregator that fixed the model. Each of those actions
+API ``timings``: the last trainer to finish, the last committee member to score (whose
+``submitScores`` also finalizes the round on chain), a separate finalize action where one went
+through (only when a score deadline passed), the aggregator that fixed the model. Each of those actions
 reports its parts (backend/jobs/driver/timing.py); what lies between them is waiting.
 """
 

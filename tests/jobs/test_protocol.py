@@ -163,8 +163,8 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
         assert 0 < epsilon <= 20.0 + 1e-6
         assert data.privacy_spent_by_job(int(dataset.onchain_id), job_id) > 0
 
-    # One finalize per round, sent by the member whose scores completed the set, in its score
-    # action: no node sent a finalize of its own (none reverted).
+    # One finalize per round: the submitScores that completed the set finalized the round on
+    # chain; no node sent a finalize of its own (none reverted).
     for number in (1, 2):
         scored = RoundAction.objects.filter(job_id=job_id, round=number, kind=RoundAction.Kind.SCORE)
         assert sum("round finalized" in a.detail for a in scored) == 1, [a.detail for a in scored]
