@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 
+from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import F
 
@@ -24,7 +25,13 @@ _lock = threading.Lock()
 
 
 def round_updates(ctx) -> int:
-    """Start fetching the current rounds' updates this node has not got; returns how many."""
+    """Start fetching the current rounds' updates this node has not got; returns how many.
+
+    Only where the actions run in this process: the cache is per process, and a Celery worker
+    has its own (it fetches when its action runs).
+    """
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        return 0
     rows = mirror.Update.objects.filter(
         job__status=mirror.Job.Status.RUNNING,
         job__participants__node=ctx.address,
