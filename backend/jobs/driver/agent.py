@@ -42,9 +42,9 @@ class PlanGate:
         self.planned_at = float("-inf")
 
     def should_plan(self) -> bool:
-        newest = ChainEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        relevant = ChainEvent.objects.filter(id__gt=self.seen, contract=JOBS_CONTRACT).exists()
-        self.seen = newest
+        new = list(ChainEvent.objects.filter(id__gt=self.seen).values_list("id", "contract"))
+        self.seen = max((row_id for row_id, _ in new), default=self.seen)
+        relevant = any(contract == JOBS_CONTRACT for _, contract in new)
         if relevant or time.monotonic() - self.planned_at >= self.interval:
             self.planned_at = time.monotonic()
             return True
@@ -104,8 +104,9 @@ def run_forever(
     newHeads subscription where the chain serves one (no request while idle), else one
     eth_blockNumber per ``poll``; a subscription's header also gives the tick the head's
     number and timestamp, which it would otherwise ask for. The full tick (indexer, planner)
-    runs on a new block, or for deadlines that pass without one, every ``interval``. A tick that ran an action in-process
-    sent a transaction, so the next wait returns at once and ticks again.
+    runs on a new block, or for deadlines that pass without one, every ``interval``. A tick
+    that ran an action in-process sent a transaction, so the next wait returns at once and
+    ticks again.
     """
     stop = stop or threading.Event()
     poll = interval if poll is None else max(0.005, min(poll, interval))

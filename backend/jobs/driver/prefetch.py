@@ -32,12 +32,15 @@ def round_updates(ctx) -> int:
     """
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         return 0
-    rows = mirror.Update.objects.filter(
-        job__status=mirror.Job.Status.RUNNING,
-        job__participants__node=ctx.address,
-        job__current_round=F("round"),
-    ).values_list("job_id", "round", "reference")
-    rows = list(rows.exclude(trainer=ctx.address))
+    rows = list(
+        mirror.Update.objects.filter(
+            job__status=mirror.Job.Status.RUNNING,
+            job__participants__node=ctx.address,
+            job__current_round=F("round"),
+        )
+        .exclude(trainer=ctx.address)
+        .values_list("job_id", "round", "reference")
+    )
     if not rows:
         return 0
     scoring = set(
