@@ -283,9 +283,9 @@ class LocalFederation:
         first = self.nodes[0]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            job, rounds = self.job(first, job_id), self.rounds(first, job_id)
-            if on_progress:
-                on_progress(job, rounds)
+            job = self.job(first, job_id)
+            if on_progress:  # the rounds view is the heavier read: only for a progress display
+                on_progress(job, self.rounds(first, job_id))
             if job["status"] in TERMINAL:
                 if job["status"] != "finished" or self._all_nodes_recorded(job_id, job["rounds"]):
                     return job

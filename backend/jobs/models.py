@@ -59,7 +59,8 @@ class RoundAction(models.Model):
         SCORE = "score"
         FINALIZE = "finalize"
         AGGREGATE = "aggregate"
-        REGISTER = "register"
+        REGISTER = "register"  # serve a fixed global model (hot swap)
+        MEASURE = "measure"  # record its metrics on this node's validation data
 
     class State(models.TextChoices):
         QUEUED = "queued"

@@ -16,6 +16,7 @@ from backend.jobs.models import RoundAction
 
 logger = logging.getLogger(__name__)
 REGISTER_NICE = 19  # as nice as Linux allows: a round's metrics can wait, its training cannot
+BACKGROUND = (RoundAction.Kind.REGISTER, RoundAction.Kind.MEASURE)
 
 
 @shared_task(name="jobs.run_action", ignore_result=True)
@@ -31,12 +32,12 @@ def warm_job(job_id: int) -> bool:
 
 
 def dispatch(due: Due) -> None:
-    if due.kind == RoundAction.Kind.REGISTER and settings.CELERY_TASK_ALWAYS_EAGER:
+    if due.kind in BACKGROUND and settings.CELERY_TASK_ALWAYS_EAGER:
         # Serving and measuring a fixed model is on no round's critical path. Run inline it
-        # would hold the agent (a trainer registers as its own training ends, just when the
+        # would hold the agent (a trainer serves as its own training ends, just when the
         # round's last update is being scored); beside it, nicer than training too, it takes
-        # the CPU that training and the round's next steps leave (a round has moments with a
-        # core idle), and delays none of them.
+        # the CPU that training and the round's next steps leave (the planner times measuring
+        # for the moments with a core idle), and delays none of them.
         ctx = current_node()
         priority.low_priority("register", REGISTER_NICE).submit(_run_in_background, ctx, due)
         return

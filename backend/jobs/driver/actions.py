@@ -140,6 +140,8 @@ def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
         return aggregator.propose_or_confirm(ctx, job, config, due.round, claim.created.timestamp())
     if due.kind == Kind.REGISTER:
         return registrar.register_round(ctx, job, config, due.round)
+    if due.kind == Kind.MEASURE:
+        return registrar.measure_round(ctx, job, config, due.round)
     raise ValueError(f"unknown action {due.kind!r}")
 
 

@@ -8,18 +8,28 @@ and every action re-checks the contract before it sends anything.
     round r Training, the score deadline passed with scores missing                           -> FINALIZE
     round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
     round r Aggregating, me not on the next committee, r < rounds, speculating              -> TRAIN r+1
-    GlobalModelFixed for round r, no metrics of mine for r                                    -> REGISTER
+    GlobalModelFixed for round r, not served here yet                                         -> REGISTER
+    GlobalModelFixed for round r, no metrics of mine for r, not scoring round r+1             -> MEASURE
+
+Serving and measuring a fixed model run beside the agent, nicer than training (tasks.dispatch),
+as no round waits for them. Measuring (a pass over the validation data) is held back while
+this node scores the next round: it would share the process, and its interpreter lock, with
+the scoring the round waits for. A trainer plans it after its own update went out (the agent
+is busy training until then), when the round's other trainers may still use the CPU; it then
+takes mostly what they leave (nice 19 against their 10).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef
+from django.db.models import CharField, Exists, OuterRef
+from django.db.models.functions import Cast
 
 from backend.jobs.driver import state
 from backend.jobs.models import RoundAction, RoundMetric
 from backend.ledger import models as mirror
+from backend.serving.models import GlobalModel as ServedModel
 
 Kind = RoundAction.Kind
 
@@ -37,7 +47,8 @@ def due_actions(address: str, now: float, *, speculate: bool = False) -> list[Du
     jobs = mirror.Job.objects.filter(participants__node=address).distinct()
     for job in jobs.filter(status=mirror.Job.Status.RUNNING):
         due += _round_actions(job, address, now, speculate)
-    due += _registrations(address, jobs)
+    due += _registrations(jobs)
+    due += _measurements(address, jobs)
     return due
 
 
@@ -87,13 +98,33 @@ def _scored(address: str, job: mirror.Job, number: int) -> int:
     return claim.values_list("scored", flat=True).first() or 0
 
 
-def _registrations(address: str, jobs) -> list[Due]:
-    # One query that returns only the unregistered models: the table of fixed models grows
-    # with every round, and this runs on every tick.
-    measured = RoundMetric.objects.filter(
-        node=address, job_id=OuterRef("job__job_id"), round=OuterRef("round")
+def _registrations(jobs) -> list[Due]:
+    """Fixed models this node does not serve yet. One query: the fixed models grow every round,
+    and this runs on every planning tick."""
+    served = ServedModel.objects.filter(
+        job=Cast(OuterRef("job__job_id"), CharField()), round=OuterRef("round")
     )
-    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).filter(~Exists(measured))
+    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).filter(~Exists(served))
     return [
         Due(job_id, number, Kind.REGISTER) for job_id, number in fixed.values_list("job__job_id", "round")
     ]
+
+
+def _measurements(address: str, jobs) -> list[Due]:
+    """Fixed models without this node's metrics, unless this node is scoring the next round."""
+    measured = RoundMetric.objects.filter(
+        node=address, job_id=OuterRef("job__job_id"), round=OuterRef("round")
+    )
+    fixed = mirror.GlobalModel.objects.filter(job__in=jobs).filter(~Exists(measured)).select_related("job")
+    return [
+        Due(m.job.job_id, m.round, Kind.MEASURE) for m in fixed if not _scoring(m.job, m.round + 1, address)
+    ]
+
+
+def _scoring(job: mirror.Job, round_: int, address: str) -> bool:
+    """Whether this node is on round ``round_``'s committee while that round is being scored."""
+    if job.status != mirror.Job.Status.RUNNING or job.current_round != round_:
+        return False
+    if not job.rounds_set.filter(number=round_, status=mirror.Round.Status.TRAINING).exists():
+        return False
+    return address in state.seats(job, round_) and address not in state.scorers(job.job_id, round_)

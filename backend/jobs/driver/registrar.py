@@ -1,4 +1,8 @@
-"""When a round's global model is fixed: serve it (hot swap) and record this node's metrics."""
+"""When a round's global model is fixed: serve it (hot swap), and record this node's metrics.
+
+Serving happens as soon as the model is fixed; measuring it waits for a moment when no
+trainer is training (see planner), as nothing waits for a round's metrics.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from fl_node.train import evaluate
 
 def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
     fixed = job.global_models.get(round=round_)
-    data, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
+    data, _, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
     register_global_model(
         job=job.job_id,
         round=round_,
@@ -26,6 +30,12 @@ def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outc
         options=config.model_options,
         data=data,
     )
+    return Outcome(True, f"serving round {round_}'s model")
+
+
+def measure_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
+    fixed = job.global_models.get(round=round_)
+    _, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
     dataset = state.my_dataset(job, ctx.address)
     _, val = workspace.local_split(dataset, config)
     model = workspace.scratch_model(config)
@@ -43,4 +53,4 @@ def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outc
             model_hash=fixed.model_hash,
         ),
     )
-    return Outcome(True, f"served; validation accuracy {metrics['accuracy']:.3f}")
+    return Outcome(True, f"validation accuracy {metrics['accuracy']:.3f}")
