@@ -86,12 +86,12 @@ def test_ticks_plan_only_for_the_jobs_contract_or_after_the_interval(monkeypatch
     monkeypatch.setattr(agent.time, "monotonic", lambda: clock["t"])
     serial = iter(range(1, 100))
 
-    def event(contract: str) -> None:
+    def event(contract: str, name: str = "UpdateSubmitted") -> None:
         n = next(serial)
         ChainEvent.objects.create(
             contract=contract,
             address="0x" + "1" * 40,
-            name="E",
+            name=name,
             block_number=n,
             tx_hash=f"0x{n:064x}",
             log_index=0,
@@ -100,12 +100,16 @@ def test_ticks_plan_only_for_the_jobs_contract_or_after_the_interval(monkeypatch
 
     gate = agent.PlanGate(interval=0.5)
     assert gate.should_plan()  # the first tick plans
-    event("DataRegistry")  # a trainer's spendPrivacy: nothing a planner reads
+    event("DataRegistry", "PrivacySpent")  # a trainer's spendPrivacy: nothing a planner reads
     clock["t"] += 0.1
     assert not gate.should_plan()
     event("FederatedLearning")  # an update, a score, a finalized round...
     clock["t"] += 0.1
     assert gate.should_plan()
+    assert not gate.lifecycle  # no job to discover or prepare: a round moved
     assert not gate.should_plan()  # nothing new since
+    event("FederatedLearning", "ParticipantJoined")
+    assert gate.should_plan() and gate.lifecycle
     clock["t"] += 0.5
     assert gate.should_plan()  # deadlines pass without blocks: plan every interval
+    assert gate.lifecycle  # and look for jobs to discover or prepare (a retry may be due)

@@ -25,6 +25,14 @@ logger = logging.getLogger(__name__)
 _discovery_attempts: dict[int, float] = {}
 DISCOVERY_RETRY_S = 10.0
 JOBS_CONTRACT = "FederatedLearning"  # the contract whose events move rounds (ChainEvent.contract)
+LIFECYCLE_EVENTS = {
+    "JobProposed",
+    "ParticipantJoined",
+    "JobStarted",
+    "JobFinished",
+    "JobFailed",
+    "JobCancelled",
+}
 
 
 class PlanGate:
@@ -34,18 +42,24 @@ class PlanGate:
     planning for one that holds only dataset or node events finds nothing new, at the cost of
     the planner's queries on every node, while the trainers train. Events are counted by row,
     whichever process of the node indexed them (the API indexes too).
+
+    ``lifecycle``: the last ``should_plan`` saw a job proposed, joined, started or ended (or the
+    interval passed): only then can a job need discovering or preparing.
     """
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.seen = 0  # the newest ChainEvent row planned for
         self.planned_at = float("-inf")
+        self.lifecycle = True
 
     def should_plan(self) -> bool:
-        new = list(ChainEvent.objects.filter(id__gt=self.seen).values_list("id", "contract"))
-        self.seen = max((row_id for row_id, _ in new), default=self.seen)
-        relevant = any(contract == JOBS_CONTRACT for _, contract in new)
-        if relevant or time.monotonic() - self.planned_at >= self.interval:
+        new = list(ChainEvent.objects.filter(id__gt=self.seen).values_list("id", "contract", "name"))
+        self.seen = max((row_id for row_id, _, _ in new), default=self.seen)
+        relevant = [name for _, contract, name in new if contract == JOBS_CONTRACT]
+        due = time.monotonic() - self.planned_at >= self.interval
+        self.lifecycle = due or any(name in LIFECYCLE_EVENTS for name in relevant)
+        if relevant or due:
             self.planned_at = time.monotonic()
             return True
         return False
@@ -58,8 +72,9 @@ def tick(
     chain.sync_mirror(ctx, head.number if head else None)
     if gate is not None and not gate.should_plan():
         return []
-    discover_configs(ctx)
-    warmup.warm_jobs(ctx)
+    if gate is None or gate.lifecycle:
+        discover_configs(ctx)
+        warmup.warm_jobs(ctx)
     offered = []
     now = chain.chain_time(ctx, head.timestamp if head else None)
     prefetch.round_updates(ctx)
