@@ -100,7 +100,7 @@ class LocalFederation:
     specs: Sequence[NodeSpec]
     mariadb_url: str = "mysql://root:@127.0.0.1:3306"
     redis_url: str = "redis://127.0.0.1:6379"
-    agent_interval: float = 0.5
+    agent_interval: float = 2.0
     password: str = field(
         default_factory=lambda: os.environ.get("DEFL_DEMO_PASSWORD") or secrets.token_urlsafe(9)
     )

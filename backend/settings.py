@@ -161,8 +161,10 @@ DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
 
 # --- Jobs: the round driver (backend/jobs) ---
-# Seconds between the agent's ticks (index the chain, offer the actions due).
-DEFL_AGENT_INTERVAL = float(env("DEFL_AGENT_INTERVAL", "0.5"))
+# Seconds between the agent's full ticks when no block comes: a new block triggers one at once
+# (DEFL_AGENT_POLL, or a newHeads subscription), so this paces only deadlines, retries and job
+# discovery. Shorter costs every idle node a planning pass each time, on the CPU trainers use.
+DEFL_AGENT_INTERVAL = float(env("DEFL_AGENT_INTERVAL", "2.0"))
 # Seconds between the agent's cheap checks of the chain head: a new block triggers a tick at once.
 DEFL_AGENT_POLL = float(env("DEFL_AGENT_POLL", "0.05"))
 # Test hook only: this node's trainer attacks (an fl_node.attacks name, e.g. label_flip).

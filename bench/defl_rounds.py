@@ -49,7 +49,7 @@ class JobSettings:
     committee: int = 1
     partition: str = "iid"
     seed: int = 0
-    agent_interval: float = 0.5
+    agent_interval: float = 2.0
 
     @property
     def trainers(self) -> int:
