@@ -86,7 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         "--secondary-epochs", type=int, default=1, help="also measure this many epochs (0: skip)"
     )
     parser.add_argument("--dp", choices=("sgd", "none"), default="sgd")
-    parser.add_argument("--repeat", type=int, default=1, help="run each side this many times, alternating")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="run each side this many times, alternating (the machine drifts)",
+    )
     parser.add_argument("--no-install", action="store_true", help="do not install Flower; print the command")
     args = parser.parse_args(argv)
     ensure_flower(not args.no_install)
