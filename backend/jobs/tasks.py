@@ -36,8 +36,8 @@ def dispatch(due: Due) -> None:
         # Serving and measuring a fixed model is on no round's critical path. Run inline it
         # would hold the agent (a trainer serves as its own training ends, just when the
         # round's last update is being scored); beside it, nicer than training too, it takes
-        # the CPU that training and the round's next steps leave (the planner times measuring
-        # for the moments with a core idle), and delays none of them.
+        # the CPU that training and the round's next steps leave, and delays none of them (the
+        # planner keeps measuring out of a committee member's process while it scores).
         ctx = current_node()
         priority.low_priority("register", REGISTER_NICE).submit(_run_in_background, ctx, due)
         return

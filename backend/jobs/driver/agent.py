@@ -57,9 +57,9 @@ class PlanGate:
         new = list(ChainEvent.objects.filter(id__gt=self.seen).values_list("id", "contract", "name"))
         self.seen = max((row_id for row_id, _, _ in new), default=self.seen)
         relevant = [name for _, contract, name in new if contract == JOBS_CONTRACT]
-        due = time.monotonic() - self.planned_at >= self.interval
-        self.lifecycle = due or any(name in LIFECYCLE_EVENTS for name in relevant)
-        if relevant or due:
+        interval_passed = time.monotonic() - self.planned_at >= self.interval
+        self.lifecycle = interval_passed or any(name in LIFECYCLE_EVENTS for name in relevant)
+        if relevant or interval_passed:
             self.planned_at = time.monotonic()
             return True
         return False

@@ -1,7 +1,7 @@
 """When a round's global model is fixed: serve it (hot swap), and record this node's metrics.
 
-Serving happens as soon as the model is fixed; measuring it waits for a moment when no
-trainer is training (see planner), as nothing waits for a round's metrics.
+Serving happens as soon as the model is fixed; measuring it waits while this node scores the
+next round (see planner), as nothing waits for a round's metrics.
 """
 
 from __future__ import annotations
