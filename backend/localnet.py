@@ -100,7 +100,7 @@ class LocalFederation:
     specs: Sequence[NodeSpec]
     mariadb_url: str = "mysql://root:@127.0.0.1:3306"
     redis_url: str = "redis://127.0.0.1:6379"
-    agent_interval: float = 2.0
+    agent_interval: float | None = None  # DEFL_AGENT_INTERVAL of the nodes; None: the settings' default
     password: str = field(
         default_factory=lambda: os.environ.get("DEFL_DEMO_PASSWORD") or secrets.token_urlsafe(9)
     )
@@ -168,11 +168,11 @@ class LocalFederation:
             "DEFL_CHAIN_URL": self.anvil.url,
             "DEFL_CONTRACTS_FILE": str(contracts),
             "DEFL_NODE_NAME": spec.name,
-            "DEFL_AGENT_INTERVAL": str(self.agent_interval),
-            "DEFL_INDEXER_INTERVAL": str(self.agent_interval),
             "DEFL_DEMO_PASSWORD": self.password,
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         }
+        if self.agent_interval is not None:
+            env["DEFL_AGENT_INTERVAL"] = env["DEFL_INDEXER_INTERVAL"] = str(self.agent_interval)
         if spec.attack:
             env["DEFL_ATTACK"] = spec.attack
         return env

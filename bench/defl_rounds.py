@@ -49,7 +49,7 @@ class JobSettings:
     committee: int = 1
     partition: str = "iid"
     seed: int = 0
-    agent_interval: float = 2.0
+    agent_interval: float | None = None  # None: the nodes' default (backend.settings)
 
     @property
     def trainers(self) -> int:

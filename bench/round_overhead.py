@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dp", choices=("sgd", "none"), default="sgd")
     parser.add_argument("--model", default="cnn")
-    parser.add_argument("--agent-interval", type=float, default=2.0, help="DEFL_AGENT_INTERVAL of the nodes")
+    parser.add_argument(
+        "--agent-interval", type=float, help="DEFL_AGENT_INTERVAL of the nodes (default: theirs)"
+    )
     parser.add_argument("--raw", help="write every node's per-action timings (JSON) to this file")
     args = parser.parse_args(argv)
     settings = JobSettings(
