@@ -252,6 +252,58 @@ class PrivacySpent:
         }
 
 
+# ---------------------------------------------------------------- one release's plan
+
+RELEASE_KINDS = ("dp_sgd", "update_gaussian", "score_count")
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One release's mechanism as it is charged, recorded and audited.
+
+    ``noise_multiplier`` is the noise's standard deviation divided by the release's L2
+    sensitivity under the record-level adjacency the accounting uses, so every kind composes
+    in one RDP history: DP-SGD (Poisson rate ``sample_rate``, ``steps`` noisy steps), the
+    update-level Gaussian mechanism (sensitivity 2C for one record, rate 1, one step) and
+    the committee's noisy correct-counts (sensitivity 1 per score, rate 1, one step per
+    score released).
+    """
+
+    kind: str
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in RELEASE_KINDS:
+            raise ValueError(f"unknown release kind {self.kind!r}; choose one of {RELEASE_KINDS}")
+        _check_mechanism(
+            noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate, steps=self.steps
+        )
+
+    def history(self) -> PrivacyHistory:
+        history = PrivacyHistory()
+        history.record(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate, steps=self.steps)
+        return history
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {
+            "kind": self.kind,
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "steps": self.steps,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ReleasePlan:
+        return cls(
+            kind=str(data["kind"]),
+            noise_multiplier=float(data["noise_multiplier"]),  # type: ignore[arg-type]
+            sample_rate=float(data["sample_rate"]),  # type: ignore[arg-type]
+            steps=int(data["steps"]),  # type: ignore[call-overload]
+        )
+
+
 # ---------------------------------------------------------------- per-dataset budget
 
 
