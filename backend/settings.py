@@ -7,6 +7,7 @@ a local chunk directory and an in-process EVM.
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from backend.environ_config import env, env_bool, env_int, env_list
 
@@ -17,9 +18,14 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 SECRET_KEY = env("DJANGO_SECRET_KEY", "")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 if not SECRET_KEY:
-    if not DEBUG and not env_bool("DEFL_ALLOW_INSECURE_SECRET", True):
-        raise RuntimeError("DJANGO_SECRET_KEY must be set")
-    # Development default only: a production node sets DJANGO_SECRET_KEY.
+    # The development key is public: sessions, CSRF tokens and password-reset links signed with
+    # it can be forged by anyone. Only a DEBUG node, or one told explicitly, may use it.
+    if not DEBUG and not env_bool("DEFL_ALLOW_INSECURE_SECRET", False):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: a node with DJANGO_DEBUG off refuses to start without "
+            "its own secret key (set DJANGO_SECRET_KEY to a long random string, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`)."
+        )
     SECRET_KEY = "defl-insecure-development-key-set-DJANGO_SECRET_KEY"
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
@@ -98,14 +104,47 @@ STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every request when it is missing
 
+# --- API security: tokens, login throttle and lockout, uploads (backend/api, backend/nodes) ---
+# An API token (and a dashboard session) is valid this many seconds after login; then 401.
+DEFL_TOKEN_TTL_S = env_int("DEFL_TOKEN_TTL_S", 12 * 3600)
+SESSION_COOKIE_AGE = DEFL_TOKEN_TTL_S
+# Login attempts a client address, and attempts one username, may make (DRF rate: n/s|min|hour).
+DEFL_LOGIN_RATE_PER_IP = env("DEFL_LOGIN_RATE_PER_IP", "30/min")
+DEFL_LOGIN_RATE_PER_USER = env("DEFL_LOGIN_RATE_PER_USER", "10/min")
+# After this many failed logins for one username (or from one address) in a row, logins for it
+# are refused (429 with Retry-After) for DEFL_LOGIN_LOCKOUT_S seconds.
+DEFL_LOGIN_LOCKOUT_FAILURES = env_int("DEFL_LOGIN_LOCKOUT_FAILURES", 5)
+DEFL_LOGIN_LOCKOUT_S = env_int("DEFL_LOGIN_LOCKOUT_S", 15 * 60)
+# Reverse proxies in front of the node: 0 means the client address is the TCP peer's, so a
+# client cannot pick its own throttle identity with an X-Forwarded-For header.
+DEFL_NUM_PROXIES = env_int("DEFL_NUM_PROXIES", 0)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "backend.api.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "backend.api.exception_handler.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"login_ip": DEFL_LOGIN_RATE_PER_IP, "login_user": DEFL_LOGIN_RATE_PER_USER},
+    "NUM_PROXIES": DEFL_NUM_PROXIES,
+}
+
+# Throttle counters, login lockouts (and anything else a node's processes must agree on) live in
+# a cache all of them share: the node's database by default (table created by a migration of
+# backend.nodes), or Redis when DEFL_CACHE_URL is set (redis://...).
+DEFL_CACHE_URL = env("DEFL_CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": DEFL_CACHE_URL}
+        if DEFL_CACHE_URL
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "defl_cache",
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    )
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "DeFL node API",
@@ -152,10 +191,22 @@ DEFL_SWARM_FSYNC = env_bool("DEFL_SWARM_FSYNC", True)
 DEFL_SWARM_TIMEOUT_S = env_int("DEFL_SWARM_TIMEOUT_S", 30)
 # Largest peer request body (a push batch) a node reads.
 DEFL_SWARM_MAX_BATCH_BYTES = env_int("DEFL_SWARM_MAX_BATCH_BYTES", 64 << 20)
+# Hostile peers and members (backend/swarm, README "Swarm store: limits"): the largest blob a read
+# accepts when the caller knows no better bound; per-peer requests and pushed bytes per minute
+# (429 beyond); seconds a peer body may take beyond 1 MB/s; bytes this node's users may pin;
+# whether registered endpoints may be loopback / private / link-local (the local federation).
+DEFL_SWARM_MAX_BLOB_BYTES = env_int("DEFL_SWARM_MAX_BLOB_BYTES", 4 << 30)
+DEFL_SWARM_PEER_REQUESTS_PER_MIN = env_int("DEFL_SWARM_PEER_REQUESTS_PER_MIN", 6000)
+DEFL_SWARM_PEER_BYTES_PER_MIN = env_int("DEFL_SWARM_PEER_BYTES_PER_MIN", 16 << 30)
+DEFL_SWARM_BODY_TIMEOUT_S = env_int("DEFL_SWARM_BODY_TIMEOUT_S", 10)
+DEFL_SWARM_PIN_QUOTA_BYTES = env_int("DEFL_SWARM_PIN_QUOTA_BYTES", 10 << 30)
+DEFL_ALLOW_PRIVATE_PEERS = env_bool("DEFL_ALLOW_PRIVATE_PEERS", False)
 
 # --- Accounts, node identity API, datasets, serving (backend/nodes, datasets, serving, api) ---
-# Largest dataset upload accepted; uploads are parsed in memory and never written to a temp file.
+# Largest upload (a dataset, a blob) accepted. Every multipart upload is kept in memory and
+# refused (413) as soon as it passes the limit: no plaintext ever reaches a temp file.
 DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
+FILE_UPLOAD_HANDLERS = ["backend.api.uploads.BoundedMemoryUploadHandler"]
 # How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
 DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
@@ -181,6 +232,13 @@ DEFL_SPECULATION_WAIT_S = float(env("DEFL_SPECULATION_WAIT_S", "30"))
 # Local training runs on a thread with this niceness (Linux), so the node's other work (agent
 # ticks, scoring, the API and the peer API) does not queue behind it. 0: same priority.
 DEFL_TRAIN_NICE = env_int("DEFL_TRAIN_NICE", 10)
+# This node's limits on a job proposed by another member (backend/jobs/remote_config.py): a job
+# whose config exceeds one, or contradicts its on-chain spec, is declined with the reason logged.
+DEFL_MAX_MODEL_PARAMS = env_int("DEFL_MAX_MODEL_PARAMS", 50_000_000)  # parameters + buffers
+DEFL_MAX_BATCH_SIZE = env_int("DEFL_MAX_BATCH_SIZE", 4096)
+DEFL_MAX_LOCAL_EPOCHS = env_int("DEFL_MAX_LOCAL_EPOCHS", 100)
+DEFL_MAX_ROUNDS = env_int("DEFL_MAX_ROUNDS", 1000)
+DEFL_MAX_JOB_PERIOD_S = env_int("DEFL_MAX_JOB_PERIOD_S", 7 * 24 * 3600)  # round, scoring, joining
 
 # --- Dashboard (backend/web): the built Vue app, served by this node through WhiteNoise ---
 INSTALLED_APPS += ["backend.web"]

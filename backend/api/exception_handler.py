@@ -1,52 +1,93 @@
-"""The one place where domain errors become HTTP responses.
+"""The one place where errors become HTTP responses, and the guard that nothing internal leaks.
 
-Every error body has ``detail`` (a sentence); validation errors also carry
-``errors`` ({field: [messages]}), as docs/API.md promises. The ledger's and the
-swarm's error families are mapped by name of their base class so that this module
-does not import web3 or the chunk store (and works before they exist).
+Every error body has ``detail`` (a sentence); validation errors also carry ``errors``
+({field: [messages]}), as docs/API.md promises.
+
+Status: an error family says what it means in HTTP with a class attribute ``http_status``
+(backend.api.errors' DomainError family has ``status_code``). The ledger's and the swarm's
+families are plain-Python clients that need not know DRF; until each of their classes carries
+``http_status``, they are mapped by the names along their MRO (so that this module imports
+neither web3 nor the chunk store).
+
+Leaks: a response never carries a filesystem path, a URL (a peer's endpoint, the chain's RPC),
+a network address, SQL or a traceback, whoever asks: messages are scrubbed of them, and an
+error that no family claims (a bug, a database error) becomes a 500 with a reference id. The
+full error, with its traceback, goes to the node's log under that id.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from backend.api.errors import DomainError, InvalidInput
 
 logger = logging.getLogger(__name__)
 
-# Error families of the external-service clients, looked up along the MRO by class name.
+# Names along the MRO, for the families that do not carry ``http_status`` (yet).
 # "Cannot be served now" (unreachable chain or peers, chunks nobody returned, a ledger
-# that is not configured) is 503; a malformed reference is the caller's 400; everything
-# else (a revert, a corrupt chunk) conflicts with the current state: 409.
+# that is not configured) is 503; a malformed reference is the caller's 400; a blob over
+# its bound is 413; everything else (a revert, a corrupt chunk) conflicts with the current
+# state: 409.
 _SERVICE_ERROR_BASES = {"LedgerError", "SwarmError"}
-_UNAVAILABLE_NAMES = {
-    "ChainUnavailable",
-    "LedgerConfigError",
-    "TransactionTimeout",
-    "PeerError",
-    "ChunkNotFound",
-    "NotEnoughReplicas",
+_NAMED_STATUS = {
+    "ChainUnavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "LedgerConfigError": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "TransactionTimeout": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "SwarmUnavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "PeerError": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "ChunkNotFound": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "NotEnoughReplicas": status.HTTP_503_SERVICE_UNAVAILABLE,
+    "InvalidReference": status.HTTP_400_BAD_REQUEST,
+    "BlobTooLarge": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    # The learning core's budget error, should one escape a service untranslated.
+    "PrivacyBudgetExceeded": status.HTTP_409_CONFLICT,
 }
-_BAD_REQUEST_NAMES = {"InvalidReference"}
-# The learning core's budget error, should one escape a service untranslated.
-_CONFLICT_NAMES = {"PrivacyBudgetExceeded"}
+
+# What a message must not show. URLs first (they contain paths), then addresses, then paths.
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>)\]]+")
+_HOST_PORT = re.compile(r"\b(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|\[[0-9a-fA-F:]+\])(?::\d{1,5})?\b")
+_PATH = re.compile(r"(?<![\w.:/<-])(?:~|\.{1,2})?/(?:[^\s/'\"<>:;,()\[\]]+/)+[^\s/'\"<>:;,()\[\]]*")
+# Upper-case keywords only: "delete the dataset from the node" is a sentence, not a query.
+_SQL = re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b.*\b(?:FROM|INTO|SET|WHERE)\b.*", re.DOTALL)
 
 
-def _service_status(exc: Exception) -> int | None:
-    names = {klass.__name__ for klass in type(exc).__mro__}
-    if names & _CONFLICT_NAMES:
+def scrub(message: str) -> str:
+    """The message without URLs, network addresses, filesystem paths or SQL."""
+    message = _URL.sub("<url>", message)
+    message = _HOST_PORT.sub("<address>", message)
+    message = _PATH.sub("<path>", message)
+    return _SQL.sub("<query>", message)
+
+
+def _scrub_tree(value):
+    if isinstance(value, dict):
+        return {key: _scrub_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub_tree(item) for item in value]
+    if isinstance(value, str):  # ErrorDetail is a str: keep its text, drop its code
+        return scrub(str(value))
+    return value
+
+
+def http_status_of(exc: Exception) -> int | None:
+    """The HTTP status an error family declares, or the name table's, or None (not ours)."""
+    declared = getattr(exc, "http_status", None)
+    if isinstance(declared, int):
+        return declared
+    names = [klass.__name__ for klass in type(exc).__mro__]
+    for name in names:  # the most specific class first
+        if name in _NAMED_STATUS:
+            return _NAMED_STATUS[name]
+    if _SERVICE_ERROR_BASES.intersection(names):
         return status.HTTP_409_CONFLICT
-    if not names & _SERVICE_ERROR_BASES:
-        return None
-    if names & _UNAVAILABLE_NAMES:
-        return status.HTTP_503_SERVICE_UNAVAILABLE
-    if names & _BAD_REQUEST_NAMES:
-        return status.HTTP_400_BAD_REQUEST
-    return status.HTTP_409_CONFLICT
+    return None
 
 
 def _first_message(errors) -> str:
@@ -59,21 +100,43 @@ def _first_message(errors) -> str:
     return str(errors)
 
 
+def _internal_error(exc: Exception, context) -> Response:
+    reference = uuid.uuid4().hex[:12]
+    set_rollback()
+    logger.error("internal error %s in %s", reference, context.get("view"), exc_info=exc)
+    body = {
+        "detail": f"the node could not handle this request (an internal error, reference {reference}); "
+        "its operator finds the details in the node's log"
+    }
+    return Response(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
+
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
-        body = {"detail": str(exc)}
+        body = {"detail": scrub(str(exc))}
         if isinstance(exc, InvalidInput) and exc.field:
-            body["errors"] = {exc.field: [str(exc)]}
+            body["errors"] = {exc.field: [body["detail"]]}
         return Response(body, status=exc.status_code)
 
-    service_status = _service_status(exc)
-    if service_status is not None:
-        logger.warning("service error in %s: %r", context.get("view"), exc)
-        return Response({"detail": str(exc) or type(exc).__name__}, status=service_status)
-
     if isinstance(exc, exceptions.ValidationError):
-        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        errors = _scrub_tree(exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail})
         return Response({"detail": _first_message(errors), "errors": errors}, status=exc.status_code)
 
-    # DRF's own exceptions (401, 403, 404, 405, 415, throttling) already have a detail.
-    return drf_exception_handler(exc, context)
+    if isinstance(exc, exceptions.APIException):
+        # DRF's own exceptions (401, 403, 404, 405, 413, 415, 429) already have a sentence;
+        # DRF's handler adds WWW-Authenticate and Retry-After.
+        response = drf_exception_handler(exc, context)
+        if response is not None:
+            response.data = _scrub_tree(response.data)
+        return response
+
+    service_status = http_status_of(exc)
+    if service_status is not None:
+        # The full text (a peer's URL, a keystore path) is for the log, the sentence for the caller.
+        logger.warning("service error in %s: %r", context.get("view"), exc)
+        return Response({"detail": scrub(str(exc)) or type(exc).__name__}, status=service_status)
+
+    response = drf_exception_handler(exc, context)  # Http404, PermissionDenied
+    if response is not None:
+        return response
+    return _internal_error(exc, context)

@@ -14,7 +14,7 @@ from eth_utils import to_checksum_address
 from backend.api.errors import Conflict, InvalidInput, NotFound
 from backend.datasets.budget import budget_ledger
 from backend.datasets.models import Dataset
-from backend.jobs import blobs, chain
+from backend.jobs import blobs, chain, remote_config
 from backend.jobs.config import ConfigError, DPConfig, JobConfig
 from backend.jobs.driver import workspace
 from backend.jobs.models import JobRecord, Membership
@@ -141,6 +141,15 @@ def discover(ctx, job: mirror.Job) -> JobRecord:
         config = JobConfig.from_bytes(blob)
     except ConfigError as exc:
         raise Conflict(f"job {job.job_id}'s configuration is unusable: {exc}") from None
+    # Another member wrote it: within this node's limits and equal to the on-chain spec, or the
+    # job is declined (RemoteConfigRejected, a 409 with the reason; the agent logs it once).
+    remote_config.check_remote_config(
+        job,
+        config,
+        limits=remote_config.NodeLimits.from_settings(),
+        schema=remote_config.local_schema(Dataset.objects.filter(schema_hash=config.schema_hash)[:1]),
+        now=chain.chain_time(ctx),
+    )
     record, _ = JobRecord.objects.get_or_create(
         onchain_id=job.job_id,
         defaults=dict(

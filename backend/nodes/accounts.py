@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from backend.api.authentication import token_expired
 from backend.nodes.models import Profile
 from backend.nodes.roles import Role
 
@@ -32,5 +33,9 @@ def create_or_update_user(
 
 
 def api_token(user) -> str:
+    """The user's API token; an expired one is replaced by a fresh one (DEFL_TOKEN_TTL_S)."""
     token, _ = Token.objects.get_or_create(user=user)
+    if token_expired(token):
+        token.delete()
+        token = Token.objects.create(user=user)
     return token.key

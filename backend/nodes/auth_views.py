@@ -4,14 +4,16 @@ from django.contrib.auth import authenticate, login, logout
 from django.middleware.csrf import get_token
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from backend.api.authentication import ExpiringTokenAuthentication
 from backend.api.permissions import AnyRole
+from backend.api.throttling import LoginAddressThrottle, LoginLockout, LoginUsernameThrottle
 from backend.nodes.accounts import api_token
 from backend.nodes.roles import role_of
 from backend.nodes.serializers import LoginResponseSerializer, LoginSerializer, MeSerializer
@@ -23,9 +25,12 @@ def _me(user) -> dict:
 
 
 class LoginView(APIView):
+    """Password login; throttled per address and per username, locked out after repeated failures."""
+
     # No authenticators: a login must work without a session (and so without CSRF).
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    throttle_classes = [LoginAddressThrottle, LoginUsernameThrottle]
 
     def get_authenticate_header(self, request) -> str:
         # Without authenticators DRF would turn a failed login into 403; it is a 401.
@@ -35,17 +40,21 @@ class LoginView(APIView):
     def post(self, request):
         serializer = LoginSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        lockout = LoginLockout(request)
+        lockout.check()  # before the password is even checked: a locked account gives no oracle
         user = authenticate(request, **serializer.validated_data)
         if user is None or role_of(user) is None:
+            lockout.failed()
             # One message for both, so that the API does not reveal which usernames exist.
             raise AuthenticationFailed("wrong username or password, or the account has no role")
+        lockout.succeeded()
         login(request, user)
         get_token(request)  # sets the CSRF cookie the dashboard sends back on writes
         return Response({"token": api_token(user), "user": _me(user)})
 
 
 class LogoutView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [ExpiringTokenAuthentication, SessionAuthentication]
     permission_classes = [AnyRole]
 
     @extend_schema(request=None, responses={204: None})

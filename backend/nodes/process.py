@@ -14,6 +14,7 @@ environment; ``NodeProcess`` owns exactly the process it started and stops only 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,8 @@ class NodeProcess:
         self.private_key = private_key or Account.create().key.hex()
         self.address = Account.from_key(self.private_key).address
         self.extra_env = dict(env or {})
+        # Its own random secret (sessions, CSRF), the same for all of its processes, new each run.
+        self.secret_key = secrets.token_urlsafe(50)
         self.threads = threads
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -69,6 +72,7 @@ class NodeProcess:
             DJANGO_SETTINGS_MODULE="backend.settings",
             DEFL_DATA_DIR=str(self.data_dir),
             DEFL_NODE_KEY=self.private_key,
+            DJANGO_SECRET_KEY=self.secret_key,
             DEFL_CHUNK_DIR=str(self.chunk_dir),
             DATABASE_URL=f"sqlite:///{self.data_dir / 'db.sqlite3'}",
             OMP_NUM_THREADS="1",

@@ -17,12 +17,14 @@ from backend.jobs import chain
 from backend.jobs.driver import actions, planner, prefetch, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
+from backend.jobs.remote_config import RemoteConfigRejected
 from backend.ledger import models as mirror
 from backend.ledger.heads import Head, HeadWatcher
 from backend.ledger.models import ChainEvent
 
 logger = logging.getLogger(__name__)
 _discovery_attempts: dict[int, float] = {}
+_declined: dict[int, str] = {}  # job id -> why this node declined its config (remote_config)
 DISCOVERY_RETRY_S = 10.0
 JOBS_CONTRACT = "FederatedLearning"  # the contract whose events move rounds (ChainEvent.contract)
 LIFECYCLE_EVENTS = {
@@ -92,11 +94,16 @@ def discover_configs(ctx) -> None:
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
     known = JobRecord.objects.values("onchain_id")  # a subquery: one query a tick, not two
     for job in mirror.Job.objects.filter(status__in=active).exclude(job_id__in=known):
+        if job.job_id in _declined:
+            continue
         if time.monotonic() - _discovery_attempts.get(job.job_id, -1e9) < DISCOVERY_RETRY_S:
             continue
         _discovery_attempts[job.job_id] = time.monotonic()
         try:
             discover(ctx, job)
+        except RemoteConfigRejected as exc:  # the same config gives the same verdict: not retried
+            _declined[job.job_id] = exc.reason
+            logger.warning("%s", exc)
         except Exception as exc:  # not replicated to us yet, or unusable: retried later
             logger.warning("cannot fetch the configuration of job %s: %s", job.job_id, exc)
 
