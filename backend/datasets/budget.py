@@ -1,114 +1,322 @@
-"""Per-dataset privacy budget: a cap (epsilon, delta) and what each job spent, enforced with RDP.
+"""Per-dataset privacy budgets: every DP release recorded, composed with RDP, and checked strictly.
 
-The accounting is the learning core's (``fl_node.privacy``): every job's mechanism runs
-(noise multiplier, sample rate, steps) are composed with the RDP accountant across all
-jobs, which is valid for any interleaving and far tighter than adding per-job epsilons.
-A job's own epsilon (its history alone) is shown per job.
+The accounting is the learning core's (``fl_node.privacy``). Each release the node computes on a
+dataset (a round's DP-SGD run, an update-level Gaussian release, a committee's noised scores) is
+one ``PrivacyRelease`` row holding its ``ReleasePlan``. A dataset's spend is the RDP composition
+of every release on every dataset of its budget group (datasets that share records, see
+``BudgetGroup``), which is valid for any interleaving of rounds and jobs and far tighter than
+adding per-job epsilons. The group's cap is its members' smallest cap and its delta their
+smallest delta.
 
-The round driver charges a run before it trains. ``reserve_budget`` is the strict part: under
-the dataset's row lock it refuses (``BudgetExceeded``) a run that would pass the cap and
-otherwise records it locally; nothing is trained before it returns. The on-chain record
-(DataRegistry.spendPrivacy) may then be sent in the background with ``send_spend`` while the
-node trains, as long as the caller waits for it before it releases anything trained on the
-data (the trainer waits before submitUpdate). ``charge_budget`` does both in one step.
+The round driver charges a release before it computes it: ``reserve_release`` is the strict
+part. Under the budget group's row lock it refuses (``BudgetExceeded``) a release that would pass
+the cap and otherwise records it as ``reserved``; a reservation counts against the cap at once.
+Once the output is published the driver calls ``mark_released``; an output computed and then
+discarded is ``mark_withheld`` (still counted: nothing proves nobody saw it). The on-chain record
+(spendPrivacy) may be sent in the background with ``send_spend`` while the node trains, as long
+as the caller waits for it before it publishes anything computed on the data.
+
+``reserve_budget`` / ``charge_budget`` are the earlier, round-less calls, kept for their callers:
+they record a release already counted as released.
 
 Cost: ``fl_node.privacy`` caches the one-step RDP curve of each mechanism, so composing a
-dataset's whole history on every check costs microseconds.
+group's whole history on every check costs microseconds per distinct mechanism.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.db import transaction
 
-from backend.api.errors import BudgetExceeded, InvalidInput
+from backend.api.errors import BudgetExceeded, Conflict, InvalidInput
 from backend.datasets import chain
-from backend.datasets.models import BudgetSpend, Dataset
+from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
 from backend.nodes import ledger_access
-from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, rdp_epsilon
+from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, ReleasePlan, rdp_epsilon
 
 logger = logging.getLogger(__name__)
 
 # One thread, so a node's spendPrivacy transactions go out in the order they were charged.
 _chain_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="privacy-spend")
 
-
-def _job_history(spend: BudgetSpend) -> PrivacyHistory:
-    return PrivacyHistory.from_json(spend.history)
-
-
-def budget_ledger(dataset: Dataset) -> BudgetLedger:
-    """The dataset's cap and the composed history of every job that trained on it."""
-    combined = PrivacyHistory()
-    for spend in dataset.spends.order_by("id"):
-        for entry in _job_history(spend):
-            combined.record(
-                noise_multiplier=entry.noise_multiplier, sample_rate=entry.sample_rate, steps=entry.steps
-            )
-    return BudgetLedger(epsilon_cap=dataset.epsilon_cap, delta=dataset.delta, history=combined)
+EXPLANATION = (
+    "Totals compose every release with the RDP accountant, so they are less than the sum of the "
+    "jobs' epsilons; reserved releases count against the cap at once and are shown apart."
+)
+MAX_ROUND = 2**32 - 1
+_COUNTED = (PrivacyRelease.Status.RELEASED, PrivacyRelease.Status.WITHHELD)
+_LOCK_ATTEMPTS = 8
 
 
-def job_epsilon(dataset: Dataset, job: str | int, *, delta: float | None = None) -> float:
-    """What ``job`` alone spent on the dataset (its own history, RDP; at the dataset's delta by default)."""
-    spend = dataset.spends.filter(job=str(job)).first()
-    return rdp_epsilon(_job_history(spend), delta=delta or dataset.delta) if spend else 0.0
-
-
-def budget_summary(dataset: Dataset) -> dict:
-    ledger = budget_ledger(dataset)
-    spent = ledger.spent()
-    return {
-        "epsilon_cap": dataset.epsilon_cap,
-        "delta": dataset.delta,
-        "epsilon_spent": spent,
-        "epsilon_left": max(dataset.epsilon_cap - spent, 0.0),
-        "spent_by_jobs": [
-            {"job": spend.job, "epsilon": rdp_epsilon(_job_history(spend), delta=dataset.delta)}
-            for spend in dataset.spends.order_by("job")
-        ],
-    }
+class ReleaseNotReserved(Conflict):
+    """mark_released / mark_withheld of a release that was never reserved (or cannot change now)."""
 
 
 @dataclass(frozen=True)
 class Charge:
-    """A run recorded in the local ledger; ``micro_epsilon`` is still to be spent on chain."""
+    """A release recorded in the local ledger; ``micro_epsilon`` is still to be spent on chain."""
 
-    epsilon: float  # the dataset's epsilon after the run
+    epsilon: float  # the budget's epsilon after the release (reservations included)
     onchain_id: str  # "" for a dataset that is not registered on chain
     job: str
     micro_epsilon: int
+    round: int = 0
 
     @property
     def onchain(self) -> bool:
         return bool(self.onchain_id) and self.micro_epsilon > 0
 
 
+# ----------------------------------------------------------------------------- the group's terms
+
+
+@dataclass(frozen=True)
+class GroupTerms:
+    """The budget that applies to a dataset: its group's members, smallest cap and smallest delta."""
+
+    group_id: int | None
+    members: tuple[int, ...]
+    epsilon_cap: float
+    delta: float
+
+
+def group_terms(dataset: Dataset) -> GroupTerms:
+    # The group is read afresh: an upload may have merged the dataset's group since it was loaded.
+    group_id = Dataset.objects.filter(pk=dataset.pk).values_list("budget_group_id", flat=True).first()
+    rows = (
+        list(
+            Dataset.objects.filter(budget_group_id=group_id)
+            .order_by("pk")
+            .values_list("pk", "epsilon_cap", "delta")
+        )
+        if group_id is not None
+        else []
+    )
+    if not rows:
+        return GroupTerms(None, (dataset.pk,), dataset.epsilon_cap, dataset.delta)
+    return GroupTerms(
+        group_id,
+        tuple(pk for pk, _, _ in rows),
+        min(cap for _, cap, _ in rows),
+        min(delta for _, _, delta in rows),
+    )
+
+
+def _group_releases(terms: GroupTerms):
+    return PrivacyRelease.objects.filter(dataset_id__in=terms.members).order_by("id")
+
+
+def compose(releases: Iterable[PrivacyRelease]) -> PrivacyHistory:
+    history = PrivacyHistory()
+    for release in releases:
+        history.record(
+            noise_multiplier=release.noise_multiplier, sample_rate=release.sample_rate, steps=release.steps
+        )
+    return history
+
+
+def budget_ledger(dataset: Dataset) -> BudgetLedger:
+    """The dataset's budget: its group's cap and the composed history of every release, reserved too."""
+    terms = group_terms(dataset)
+    history = compose(_group_releases(terms))
+    return BudgetLedger(epsilon_cap=terms.epsilon_cap, delta=terms.delta, history=history)
+
+
+# ----------------------------------------------------------------------------- charging
+
+
+def _ensure_group(dataset: Dataset) -> int:
+    """The dataset's budget group id, creating a group of its own the first time (no upload made one)."""
+    current = Dataset.objects.filter(pk=dataset.pk).values_list("budget_group_id", flat=True).first()
+    if current is not None:
+        return current
+    group = BudgetGroup.objects.create()
+    if not Dataset.objects.filter(pk=dataset.pk, budget_group__isnull=True).update(budget_group=group):
+        group.delete()  # another charge made one first
+    return Dataset.objects.filter(pk=dataset.pk).values_list("budget_group_id", flat=True).get()
+
+
+def _lock_budget(dataset: Dataset) -> GroupTerms:
+    """Lock the dataset's budget group (in a transaction) and return its terms.
+
+    Lock order: the group row, then the dataset row; an upload that merges groups locks groups
+    first too, so the two never deadlock. If the group was merged away while we waited, the
+    dataset now points at another group: lock that one.
+    """
+    for _ in range(_LOCK_ATTEMPTS):
+        group_id = _ensure_group(dataset)
+        BudgetGroup.objects.select_for_update().filter(pk=group_id).first()
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        if locked.budget_group_id == group_id:
+            return group_terms(locked)
+    raise Conflict(f"the budget of dataset {dataset.pk} kept changing while it was being charged; retry")
+
+
+def _check_round(round_) -> int | None:
+    if round_ is None:
+        return None
+    if isinstance(round_, bool) or not isinstance(round_, int) or not 0 <= round_ <= MAX_ROUND:
+        raise InvalidInput(f"round must be an integer in [0, {MAX_ROUND}], got {round_!r}")
+    return round_
+
+
+def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Charge:
+    if not isinstance(plan, ReleasePlan):
+        raise InvalidInput(f"a release is charged with a ReleasePlan, got {type(plan).__name__}")
+    round_ = _check_round(round_)
+    job = str(job)
+    terms = _lock_budget(dataset)
+    history = compose(_group_releases(terms))
+    ledger = BudgetLedger(epsilon_cap=terms.epsilon_cap, delta=terms.delta, history=history)
+    spent_before = ledger.spent()
+    try:
+        projected = ledger.check(
+            noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps
+        )
+    except PrivacyBudgetExceeded as exc:
+        shared = f" (a budget shared by datasets {list(terms.members)})" if len(terms.members) > 1 else ""
+        raise BudgetExceeded(f"dataset {dataset.name!r}{shared}: {exc}") from exc
+    increase = max(math.ceil((projected - spent_before) * chain.MICRO_EPSILON), 0)
+    PrivacyRelease.objects.create(
+        dataset_id=dataset.pk,
+        job=job,
+        round=round_,
+        kind=plan.kind,
+        noise_multiplier=plan.noise_multiplier,
+        sample_rate=plan.sample_rate,
+        steps=plan.steps,
+        delta=terms.delta,
+        epsilon_after=projected,
+        micro_epsilon=increase,
+        status=status,
+    )
+    return Charge(projected, dataset.onchain_id, job, increase, round=round_ or 0)
+
+
+@transaction.atomic
+def reserve_release(dataset: Dataset, job: str | int, round_: int, plan: ReleasePlan) -> Charge:
+    """Check ``plan`` against the budget and record it as reserved; BudgetExceeded records nothing.
+
+    The reservation counts against the cap from now on, whatever becomes of the release.
+    """
+    return _record(dataset, job, round_, plan, PrivacyRelease.Status.RESERVED)
+
+
+def _settle(dataset: Dataset, job, round_, kind: str, status: str) -> PrivacyRelease:
+    with transaction.atomic():
+        mine = PrivacyRelease.objects.select_for_update().filter(
+            dataset_id=dataset.pk, job=str(job), round=_check_round(round_), kind=kind
+        )
+        reserved = mine.filter(status=PrivacyRelease.Status.RESERVED).order_by("-id").first()
+        if reserved is not None:
+            reserved.status = status
+            reserved.save(update_fields=["status", "updated"])
+            return reserved
+        settled = mine.filter(status=status).order_by("-id").first()
+        if settled is not None:  # a retried action marks again: nothing changes
+            return settled
+    raise ReleaseNotReserved(
+        f"no reserved {kind} release of job {job} round {round_} on dataset {dataset.pk} to mark {status}"
+    )
+
+
+def mark_released(dataset: Dataset, job: str | int, round_: int, kind: str) -> PrivacyRelease:
+    """The release's output was published (update or scores submitted)."""
+    return _settle(dataset, job, round_, kind, PrivacyRelease.Status.RELEASED)
+
+
+def mark_withheld(dataset: Dataset, job: str | int, round_: int, kind: str) -> PrivacyRelease:
+    """The release's output was computed but discarded unpublished; it stays counted."""
+    return _settle(dataset, job, round_, kind, PrivacyRelease.Status.WITHHELD)
+
+
 @transaction.atomic
 def reserve_budget(
     dataset: Dataset, job: str | int, *, noise_multiplier: float, sample_rate: float, steps: int
 ) -> Charge:
-    """Check the run against the cap and record it locally; BudgetExceeded records nothing."""
-    # Lock the row: two jobs charging at once must not both pass the cap.
-    locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
-    ledger = budget_ledger(locked)
-    spent_before = ledger.spent()
+    """A round-less release, checked against the cap and recorded as released at once (earlier callers).
+
+    A rate of 1 for one step is the update-level mechanism's shape; anything else is DP-SGD.
+    """
+    kind = "update_gaussian" if sample_rate == 1.0 and steps == 1 else "dp_sgd"
     try:
-        projected = ledger.check(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
-    except PrivacyBudgetExceeded as exc:
-        raise BudgetExceeded(f"dataset {locked.name!r}: {exc}") from exc
-    except ValueError as exc:  # a mechanism the accountant rejects (negative noise, rate > 1, ...)
+        plan = ReleasePlan(kind, noise_multiplier, sample_rate, steps)
+    except (ValueError, TypeError) as exc:  # a mechanism the accountant rejects (negative noise, rate > 1)
         raise InvalidInput(str(exc)) from exc
-    spend, _ = BudgetSpend.objects.get_or_create(dataset=locked, job=str(job), defaults={"history": "[]"})
-    history = _job_history(spend)
-    history.record(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
-    spend.history = history.to_json()
-    spend.save(update_fields=["history", "updated"])
-    increase = max(math.ceil((projected - spent_before) * chain.MICRO_EPSILON), 0)
-    return Charge(projected, locked.onchain_id, str(job), increase)
+    return _record(dataset, job, None, plan, PrivacyRelease.Status.RELEASED)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _epsilon(releases: list[PrivacyRelease], delta: float) -> float:
+    return rdp_epsilon(compose(releases), delta=delta) if releases else 0.0
+
+
+@dataclass(frozen=True)
+class Spend:
+    spent: float  # released + withheld
+    reserved: float  # what the reserved releases add on top of ``spent``
+
+    @property
+    def total(self) -> float:
+        return self.spent + self.reserved
+
+
+def spend_of(releases: list[PrivacyRelease], delta: float) -> Spend:
+    counted = [r for r in releases if r.status in _COUNTED]
+    spent = _epsilon(counted, delta)
+    total = _epsilon(releases, delta) if len(counted) < len(releases) else spent
+    return Spend(spent, max(total - spent, 0.0))
+
+
+def job_spend(dataset: Dataset, job: str | int) -> Spend:
+    """What ``job``'s own releases on the dataset cost, at the budget group's delta."""
+    delta = group_terms(dataset).delta
+    return spend_of(list(dataset.releases.filter(job=str(job)).order_by("id")), delta)
+
+
+def job_epsilon(dataset: Dataset, job: str | int, *, delta: float | None = None) -> float:
+    """What ``job`` alone spent on the dataset (released and withheld; at the group's delta by default)."""
+    releases = [r for r in dataset.releases.filter(job=str(job)).order_by("id") if r.status in _COUNTED]
+    return _epsilon(releases, delta or group_terms(dataset).delta)
+
+
+def _rounds(releases: list[PrivacyRelease]) -> int:
+    numbered = {r.round for r in releases if r.round is not None}
+    return len(numbered) + sum(1 for r in releases if r.round is None)
+
+
+def budget_summary(dataset: Dataset) -> dict:
+    """The budget as the API shows it: spent (released + withheld) and reserved apart, per job too."""
+    terms = group_terms(dataset)
+    releases = list(_group_releases(terms))
+    spend = spend_of(releases, terms.delta)
+    by_job: dict[str, list[PrivacyRelease]] = {}
+    for release in releases:
+        by_job.setdefault(release.job, []).append(release)
+    return {
+        "epsilon_cap": terms.epsilon_cap,
+        "delta": terms.delta,
+        "epsilon_spent": spend.spent,
+        "epsilon_reserved": spend.reserved,
+        "epsilon_left": max(terms.epsilon_cap - spend.total, 0.0),
+        "spent_by_jobs": [
+            {
+                "job": job,
+                "epsilon": _epsilon([r for r in rows if r.status in _COUNTED], terms.delta),
+                "rounds": _rounds(rows),
+            }
+            for job, rows in sorted(by_job.items())
+        ],
+        "budget_group": list(terms.members),
+        "explanation": EXPLANATION,
+    }
 
 
 def send_spend(charge: Charge) -> Future:
@@ -125,9 +333,7 @@ def send_spend(charge: Charge) -> Future:
         return done
 
     def send() -> str:
-        return ledger.data.spend_privacy(
-            int(charge.onchain_id), int(charge.job), charge.micro_epsilon
-        ).tx_hash
+        return ledger.fl.spend_privacy(int(charge.job), charge.round, charge.micro_epsilon).tx_hash
 
     return _chain_sender.submit(send)
 
@@ -145,5 +351,5 @@ def charge_budget(
         dataset, job, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps
     )
     if charge.onchain:
-        chain.spend_privacy(charge.onchain_id, charge.job, charge.micro_epsilon)
+        chain.spend_privacy(charge.job, charge.round, charge.micro_epsilon)
     return charge.epsilon

@@ -25,6 +25,7 @@ from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
 MAX_CLASSES = 10_000
+CONTENT_HASH_DOMAIN = b"defl-dataset-records-v1\n"
 MAX_CSV_COLUMNS = 100_000
 
 
@@ -74,8 +75,28 @@ class CanonicalDataset:
         )
 
     @cached_property
+    def record_digests(self) -> list[bytes]:
+        """SHA-256 of each record's canonical bytes: its features (float32, little-endian, -0.0 as
+        0.0) then its class id (int64, little-endian). The feature shape is left out on purpose:
+        the same numbers reshaped are the same person's data."""
+        features = np.ascontiguousarray(self.x.reshape(self.num_samples, -1), dtype="<f4") + np.float32(0.0)
+        labels = np.ascontiguousarray(self.y, dtype="<i8")
+        return [
+            hashlib.sha256(row.tobytes() + label.tobytes()).digest()
+            for row, label in zip(features, labels, strict=True)
+        ]
+
+    @cached_property
     def content_hash(self) -> str:
-        # Same convention as fl_node.codec.content_hash: bare SHA-256 hex; the chain takes bytes.fromhex.
+        """Order-insensitive: SHA-256 over the sorted record digests, so the same records in another
+        order (a reordered re-upload) have the same content hash, which the chain registers once.
+        Bare SHA-256 hex (the chain takes bytes.fromhex)."""
+        return hashlib.sha256(CONTENT_HASH_DOMAIN + b"".join(sorted(self.record_digests))).hexdigest()
+
+    @cached_property
+    def blob_hash(self) -> str:
+        """SHA-256 of the serialized blob: the content hash of datasets registered before records
+        were hashed one by one (``load_dataset_arrays`` accepts either)."""
         return hashlib.sha256(self.serialized).hexdigest()
 
 

@@ -1,4 +1,4 @@
-"""Datasets this node provides, the grants it issued, and the privacy budget spent on them.
+"""Datasets this node provides, the grants it issued, and the privacy released from them.
 
 The encrypted swarm reference is the dataset's data key (it carries the decryption
 key), so it never leaves this node in the clear: the API never returns it, and a
@@ -40,6 +40,11 @@ class Dataset(models.Model):
     tx_hash = models.CharField(max_length=80, blank=True)
     epsilon_cap = models.FloatField()
     delta = models.FloatField()
+    # Datasets sharing records share a budget (see BudgetGroup); null only until the first charge
+    # of a dataset created without an upload (tests, migrated rows without record hashes).
+    budget_group = models.ForeignKey(
+        "BudgetGroup", null=True, blank=True, on_delete=models.PROTECT, related_name="datasets"
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -66,18 +71,74 @@ class Grant(models.Model):
         # MariaDB has no partial unique indexes, and revoked grants stay as history.
 
 
-class BudgetSpend(models.Model):
-    """What one job spent on a dataset: its DP mechanism runs, composed by the RDP accountant.
+class BudgetGroup(models.Model):
+    """Datasets that share at least one record share one privacy budget.
 
-    The history (fl_node.privacy.PrivacyHistory JSON: [[noise_multiplier, sample_rate,
-    steps], ...]) is kept rather than an epsilon, because epsilons of separate runs
-    do not add up; histories compose exactly.
+    A record in two datasets is one person's data spent twice, so every release on any member
+    composes into one history, and the group's cap is its members' smallest cap. The row is
+    also the budget's lock: a charge holds it (SELECT ... FOR UPDATE) while it checks the cap.
     """
 
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="spends")
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"budget group {self.pk}"
+
+
+class RecordHash(models.Model):
+    """A keyed hash of one record of a dataset (HMAC with a node-local key, truncated to 128 bits).
+
+    Keyed so that a copy of the database does not let anyone test guesses of a record;
+    used only to find an uploaded dataset's overlap with the datasets this node holds.
+    """
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="record_hashes")
+    digest = models.CharField(max_length=32, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["dataset", "digest"], name="one_record_hash")]
+
+
+class PrivacyRelease(models.Model):
+    """One DP release computed on a dataset: the mechanism as charged, and what it did to the budget.
+
+    reserved (charged before the computation; counts against the cap at once) -> released
+    (published: update or scores submitted) | withheld (computed, never published; still counted,
+    since nothing proves the output was not seen). Rows are never deleted: they are the audit
+    record of the dataset's privacy. ``epsilon_after`` is the budget group's composed RDP epsilon
+    at ``delta`` once this release (and every one before it, reserved included) is counted.
+    """
+
+    class Status(models.TextChoices):
+        RESERVED = "reserved"
+        RELEASED = "released"
+        WITHHELD = "withheld"
+
+    class Kind(models.TextChoices):
+        DP_SGD = "dp_sgd"
+        UPDATE_GAUSSIAN = "update_gaussian"
+        SCORE_COUNT = "score_count"
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="releases")
     job = models.CharField(max_length=80)
-    history = models.TextField(default="[]")
+    # Null for releases recorded without a round (BudgetSpend rows migrated, reserve_budget).
+    round = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    noise_multiplier = models.FloatField(help_text="noise std / the release's record-level L2 sensitivity")
+    sample_rate = models.FloatField()
+    steps = models.PositiveIntegerField()
+    delta = models.FloatField(help_text="the delta epsilon_after is stated at (the budget group's)")
+    epsilon_after = models.FloatField()
+    micro_epsilon = models.PositiveBigIntegerField(
+        default=0, help_text="the rise of the budget's epsilon, in micro-epsilon (what the chain is told)"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RESERVED)
+    created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["dataset", "job"], name="one_spend_per_job")]
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "round"]), models.Index(fields=["dataset", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.job} round {self.round} on dataset {self.dataset_id}: {self.status}"

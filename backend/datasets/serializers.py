@@ -59,15 +59,24 @@ class ReplicationSerializer(serializers.Serializer):
 
 class JobSpendSerializer(serializers.Serializer):
     job = serializers.CharField()
-    epsilon = serializers.FloatField()
+    epsilon = serializers.FloatField(help_text="this job's own released and withheld releases, composed")
+    rounds = serializers.IntegerField(help_text="rounds in which the job released something")
 
 
 class BudgetSerializer(serializers.Serializer):
-    epsilon_cap = serializers.FloatField()
-    delta = serializers.FloatField()
-    epsilon_spent = serializers.FloatField()
-    epsilon_left = serializers.FloatField()
+    epsilon_cap = serializers.FloatField(help_text="the budget group's cap (its members' smallest)")
+    delta = serializers.FloatField(
+        help_text="the delta every epsilon here is stated at (the group's smallest)"
+    )
+    epsilon_spent = serializers.FloatField(help_text="released and withheld releases, composed with RDP")
+    epsilon_reserved = serializers.FloatField(help_text="what reserved (not yet settled) releases add on top")
+    epsilon_left = serializers.FloatField(help_text="cap minus spent and reserved")
     spent_by_jobs = JobSpendSerializer(many=True)
+    budget_group = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="ids of the datasets that share this budget (shared records)",
+    )
+    explanation = serializers.CharField()
 
 
 class DatasetSerializer(serializers.ModelSerializer):

@@ -1,5 +1,9 @@
 """Dataset flows: upload (validate -> encrypt -> store -> register on chain -> save), grants, loading.
 
+An upload's records are hashed one by one: the content hash (order-insensitive) is registered on
+chain once, and the keyed record hashes put a dataset that shares records with one this node
+holds into that dataset's budget group (backend.datasets.overlap).
+
 Each flow is a module function that undoes its earlier steps when a later one
 fails, so a failed request leaves no row, no pinned blob and no file behind. The
 chain has no "unregister": a registration is the last external step, and only the
@@ -17,9 +21,11 @@ from django.utils import timezone
 from eth_utils import is_address, to_checksum_address
 
 from backend.api.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from backend.datasets import chain, keys, storage
+from backend.datasets import chain, keys, overlap, storage
 from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deserialize, parse_csv, parse_npz
 from backend.datasets.models import Dataset, Grant
+from backend.ledger import models as mirror
+from backend.ledger.errors import ContractRevert
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +55,30 @@ def parse_upload(upload: Upload) -> CanonicalDataset:
 
 def create_dataset(upload: Upload, owner=None) -> Dataset:
     canonical = parse_upload(upload)
-    if Dataset.objects.filter(content_hash=canonical.content_hash).exists():
-        raise Conflict(f"this node already holds a dataset with content hash {canonical.content_hash}")
+    check_delta(upload.delta, canonical.num_samples, field="delta")
+    _refuse_registered_records(canonical)
+    digests = overlap.keyed_digests(canonical.record_digests)
 
     reference = storage.store_encrypted(canonical.serialized)
     try:
-        registration = chain.register_dataset(
-            content_hash=canonical.content_hash,
-            swarm_root=storage.root_address(reference),
-            schema_hash=canonical.schema_hash,
-            samples=canonical.num_samples,
-            epsilon_cap=upload.epsilon_cap,
-        )
-        return _save_dataset(upload, canonical, reference, registration, owner)
+        try:
+            registration = chain.register_dataset(
+                content_hash=canonical.content_hash,
+                swarm_root=storage.root_address(reference),
+                schema_hash=canonical.schema_hash,
+                samples=canonical.num_samples,
+                epsilon_cap=upload.epsilon_cap,
+            )
+        except ContractRevert as exc:
+            if exc.error != "DuplicateDataset":
+                raise
+            existing = exc.args_.get("existingId", "?")
+            raise InvalidInput(
+                f"these records are already registered as dataset {existing} on chain "
+                "(the same records in any order have one content hash, and one privacy budget)",
+                field="file",
+            ) from None
+        return _save_dataset(upload, canonical, reference, registration, owner, digests)
     except BaseException:
         # Undo the store step; a chain registration (if it happened) stays as an orphan
         # record that no local row points to, which is harmless: it holds no key.
@@ -69,10 +86,40 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
         raise
 
 
-def _save_dataset(upload, canonical, reference, registration, owner) -> Dataset:
+def check_delta(delta: float, records: int, *, field: str) -> None:
+    """delta at most 1/(10 n): a larger delta would allow a mechanism that publishes a record outright."""
+    limit = 1.0 / (10 * max(int(records), 1))
+    if not delta <= limit:
+        raise InvalidInput(
+            f"delta {delta:g} is too large for a dataset of {records} records: it must be at most "
+            f"1/(10·n) = {limit:.3g}",
+            field=field,
+        )
+
+
+def _refuse_registered_records(canonical) -> None:
+    """The same records (in any order) registered here or, as far as the mirror knows, on chain."""
+    local = Dataset.objects.filter(content_hash__in=(canonical.content_hash, canonical.blob_hash)).first()
+    if local is not None:
+        raise InvalidInput(
+            f"these records are already registered as dataset {local.pk} ({local.name!r}) on this node",
+            field="file",
+        )
+    on_chain = mirror.Dataset.objects.filter(
+        content_hash__in=(canonical.content_hash, "0x" + canonical.content_hash)
+    ).first()
+    if on_chain is not None:
+        raise InvalidInput(
+            f"these records are already registered as dataset {on_chain.dataset_id} on chain",
+            field="file",
+        )
+
+
+def _save_dataset(upload, canonical, reference, registration, owner, digests) -> Dataset:
     try:
         with transaction.atomic():
-            return Dataset.objects.create(
+            overlap.lock_all_groups()
+            dataset = Dataset.objects.create(
                 name=upload.name,
                 owner=owner,
                 format=upload.format,
@@ -91,8 +138,10 @@ def _save_dataset(upload, canonical, reference, registration, owner) -> Dataset:
                 epsilon_cap=upload.epsilon_cap,
                 delta=upload.delta,
             )
+            overlap.join_budget_group(dataset, digests)
+            return dataset
     except IntegrityError as exc:  # a concurrent upload of the same content won the race
-        raise Conflict("this node already holds a dataset with this content hash") from exc
+        raise InvalidInput("these records were registered by a concurrent upload", field="file") from exc
 
 
 def _discard_quietly(reference: str) -> None:
@@ -161,8 +210,8 @@ def load_dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
     """
     reference = getattr(dataset, "encrypted_reference", None) or _unwrap_grant(dataset)
     expected = getattr(dataset, "content_hash", None) or dataset.dataset.content_hash
-    canonical = deserialize(storage.fetch(reference))
-    if canonical.content_hash != _hex(expected):
+    canonical = deserialize(storage.fetch(reference, max_bytes=getattr(dataset, "size_bytes", None)))
+    if _hex(expected) not in (canonical.content_hash, canonical.blob_hash):
         raise Conflict("the fetched dataset does not match its content hash")
     return canonical.x, canonical.y
 

@@ -34,7 +34,7 @@ class OwnDatasetsForProviders(ProviderWrites):
 
 
 class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    queryset = Dataset.objects.select_related("owner").prefetch_related("spends")
+    queryset = Dataset.objects.select_related("owner")
     serializer_class = DatasetSerializer
     permission_classes = [OwnDatasetsForProviders]
     pagination_class = BoundedLimitOffsetPagination

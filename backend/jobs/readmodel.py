@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from backend.datasets import budget
+from backend.datasets.chain import MICRO_EPSILON
+from backend.datasets.models import Dataset, PrivacyRelease
 from backend.jobs.models import JobRecord, Membership, RoundAction, RoundMetric
 from backend.ledger import models as mirror
 
@@ -57,6 +60,7 @@ def job_payload(job: mirror.Job, record: JobRecord | None, node: str) -> dict:
         "global_model": {"round": latest.round, "hash": latest.model_hash, "reference": latest.reference}
         if latest
         else None,
+        "privacy": privacy_payload(job, config, node),
         "joined": {
             "dataset": membership.dataset_id,
             "tx_hash": membership.tx_hash,
@@ -66,6 +70,78 @@ def job_payload(job: mirror.Job, record: JobRecord | None, node: str) -> dict:
         if membership
         else None,
     }
+
+
+_ENDED = (mirror.Job.Status.FINISHED, mirror.Job.Status.CANCELLED, mirror.Job.Status.FAILED)
+
+
+def _local_dataset(job: mirror.Job, participant: mirror.Participant, node: str) -> Dataset | None:
+    """This node's dataset of a participant that is this node (None for other members)."""
+    if participant.node.lower() != node.lower():
+        return None
+    membership = Membership.objects.filter(node=node, job_id=job.job_id).select_related("dataset").first()
+    if membership is not None:
+        return membership.dataset
+    return Dataset.objects.filter(onchain_id=str(participant.dataset_id)).first()
+
+
+def privacy_payload(job: mirror.Job, config: dict, node: str) -> dict:
+    """The job's privacy per participant: this node's from its own records, the others' from chain.
+
+    A participant's figure is what this job's releases cost its dataset (RDP-composed at the
+    dataset's delta; the dataset's own page shows its whole budget). Other members' figures are
+    what they recorded with spendPrivacy (micro-epsilon / 1e6), which this node cannot check.
+    ``final`` only once the job ended and none of this node's releases is still reserved.
+    """
+    dp = config.get("dp") or {}
+    participants = []
+    open_releases = False
+    for participant in job.participants.order_by("index"):
+        dataset = _local_dataset(job, participant, node)
+        if dataset is not None:
+            spend = budget.job_spend(dataset, job.job_id)
+            open_releases |= dataset.releases.filter(
+                job=str(job.job_id), status=PrivacyRelease.Status.RESERVED
+            ).exists()
+            figures = {"epsilon_spent": spend.spent, "epsilon_reserved": spend.reserved, "source": "local"}
+        else:
+            row = mirror.PrivacySpend.objects.filter(
+                dataset__dataset_id=participant.dataset_id, job_id=job.job_id
+            ).first()
+            spent = row.spent / MICRO_EPSILON if row else 0.0
+            figures = {"epsilon_spent": spent, "epsilon_reserved": 0.0, "source": "chain"}
+        participants.append({"node": participant.node, "dataset": participant.dataset_id, **figures})
+    return {
+        "target_epsilon": dp.get("target_epsilon"),
+        "delta": dp.get("delta"),
+        "epsilon_max": max((p["epsilon_spent"] for p in participants), default=0.0),
+        "final": job.status in _ENDED and not open_releases,
+        "participants": participants,
+    }
+
+
+def _round_releases(job: mirror.Job, node: str) -> dict[int, list[dict]]:
+    """This node's releases in each round of the job: the mechanism as charged, for an auditor."""
+    membership = Membership.objects.filter(node=node, job_id=job.job_id).first()
+    if membership is None:
+        return {}
+    out: dict[int, list[dict]] = defaultdict(list)
+    releases = PrivacyRelease.objects.filter(
+        dataset_id=membership.dataset_id, job=str(job.job_id), round__isnull=False
+    ).order_by("id")
+    for release in releases:
+        out[release.round].append(
+            {
+                "kind": release.kind,
+                "noise_multiplier": release.noise_multiplier,
+                "sample_rate": release.sample_rate,
+                "steps": release.steps,
+                "delta": release.delta,
+                "epsilon_after": release.epsilon_after,
+                "status": release.status,
+            }
+        )
+    return out
 
 
 def _seats(job: mirror.Job, round_: int) -> list[str]:
@@ -106,6 +182,7 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
     models = {m.round: m for m in job.global_models.all()}
     metrics = {m.round: m for m in RoundMetric.objects.filter(node=node, job_id=job.job_id)}
     timings = _timings(job.job_id, node)
+    releases = _round_releases(job, node)
     out = []
     for round_ in job.rounds_set.order_by("number"):
         number = round_.number
@@ -147,6 +224,7 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
                 ],
                 "transactions": transactions.get(number, []),
                 "timings": timings.get(number, {}),
+                "privacy": releases.get(number, []),
             }
         )
     return out

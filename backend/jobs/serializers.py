@@ -68,3 +68,90 @@ class StartSerializer(serializers.Serializer):
         required=False,
         help_text="the first committee (participants, in seat order); default: the first joined",
     )
+
+
+# ----------------------------------------------------------------------------- responses (schema)
+
+
+class ParticipantPrivacySerializer(serializers.Serializer):
+    node = serializers.CharField()
+    dataset = serializers.IntegerField(help_text="the participant's dataset id on chain")
+    epsilon_spent = serializers.FloatField(
+        help_text="this job's released and withheld releases on the dataset"
+    )
+    epsilon_reserved = serializers.FloatField(help_text="what its reserved releases add on top (local only)")
+    source = serializers.ChoiceField(
+        choices=["local", "chain"],
+        help_text="local: this node's own records; chain: the participant's PrivacySpent events (unverified)",
+    )
+
+
+class JobPrivacySerializer(serializers.Serializer):
+    target_epsilon = serializers.FloatField(allow_null=True)
+    delta = serializers.FloatField(allow_null=True, help_text="the job's delta")
+    epsilon_max = serializers.FloatField(help_text="the largest epsilon_spent over the participants")
+    final = serializers.BooleanField(help_text="the job ended and none of this node's releases is reserved")
+    participants = ParticipantPrivacySerializer(many=True)
+
+
+class ReleaseRecordSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["dp_sgd", "update_gaussian", "score_count"])
+    noise_multiplier = serializers.FloatField(help_text="noise std / record-level L2 sensitivity")
+    sample_rate = serializers.FloatField()
+    steps = serializers.IntegerField()
+    delta = serializers.FloatField()
+    epsilon_after = serializers.FloatField(
+        help_text="the dataset's composed epsilon once this release counted"
+    )
+    status = serializers.ChoiceField(choices=["reserved", "released", "withheld"])
+
+
+class JobSerializer(serializers.Serializer):
+    """A job as this node sees it on chain (docs/API.md)."""
+
+    id = serializers.IntegerField()
+    onchain_id = serializers.IntegerField()
+    name = serializers.CharField()
+    status = serializers.CharField()
+    current_round = serializers.IntegerField()
+    model = serializers.CharField(allow_null=True)
+    rounds = serializers.IntegerField()
+    local_epochs = serializers.IntegerField(allow_null=True)
+    batch_size = serializers.IntegerField(allow_null=True)
+    lr = serializers.FloatField(allow_null=True)
+    strategy = serializers.CharField(allow_null=True)
+    dp = serializers.DictField(allow_null=True)
+    committee_size = serializers.IntegerField()
+    top_k = serializers.IntegerField()
+    min_trainers = serializers.IntegerField()
+    round_timeout_s = serializers.IntegerField(allow_null=True)
+    score_timeout_s = serializers.IntegerField(allow_null=True)
+    input_shape = serializers.ListField(child=serializers.IntegerField(), allow_null=True)
+    num_classes = serializers.IntegerField(allow_null=True)
+    proposer = serializers.CharField()
+    config_hash = serializers.CharField()
+    config = serializers.DictField(allow_null=True)
+    tx_hash = serializers.CharField(allow_blank=True)
+    created = serializers.DateTimeField(allow_null=True)
+    participants = serializers.ListField(child=serializers.DictField())
+    committee = serializers.ListField(child=serializers.CharField())
+    global_model = serializers.DictField(allow_null=True)
+    privacy = JobPrivacySerializer()
+    joined = serializers.DictField(allow_null=True)
+
+
+class RoundSerializer(serializers.Serializer):
+    """A round as the chain's events record it, with this node's own records of it."""
+
+    round = serializers.IntegerField()
+    phase = serializers.CharField()
+    committee = serializers.ListField(child=serializers.CharField())
+    next_committee = serializers.ListField(child=serializers.CharField())
+    update_deadline = serializers.IntegerField(allow_null=True)
+    score_deadline = serializers.IntegerField(allow_null=True)
+    global_model = serializers.DictField(allow_null=True)
+    metrics = serializers.DictField(allow_null=True)
+    updates = serializers.ListField(child=serializers.DictField())
+    transactions = serializers.ListField(child=serializers.DictField())
+    timings = serializers.DictField()
+    privacy = ReleaseRecordSerializer(many=True, help_text="this node's releases in this round")

@@ -88,6 +88,7 @@ def create_job(ctx, request: dict) -> JobRecord:
         join_deadline=chain.chain_time(ctx) + config.join_timeout_s,
         train_period=config.round_timeout_s,
         score_period=config.score_timeout_s,
+        max_spend_per_round=chain.planned_spend_bound(config),
     )
     try:
         receipt = chain.propose_job(ctx, spec)
@@ -136,7 +137,7 @@ def job_record(ctx, job_id: int) -> JobRecord:
 
 def discover(ctx, job: mirror.Job) -> JobRecord:
     """Fetch and check a job's configuration by the config hash on chain, and keep it."""
-    blob = blobs.get(ctx, job.config_hash)
+    blob = blobs.get(ctx, job.config_hash, max_bytes=blobs.CONFIG_MAX_BYTES)
     try:
         config = JobConfig.from_bytes(blob)
     except ConfigError as exc:
@@ -197,6 +198,17 @@ def projected_epsilon(dataset: Dataset, config: JobConfig) -> float:
     )
 
 
+def _check_job_delta(delta: float, dataset: Dataset) -> None:
+    """The job's delta against the joining dataset's size: at most 1/(10 n), as at upload."""
+    limit = 1.0 / (10 * max(dataset.num_samples, 1))
+    if not delta <= limit:
+        raise InvalidInput(
+            f"the job's delta {delta:g} is too large for dataset {dataset.name!r} of {dataset.num_samples} "
+            f"records: it must be at most 1/(10·n) = {limit:.3g}",
+            field="dataset",
+        )
+
+
 def join_job(ctx, job_id: int, dataset_pk) -> Membership:
     chain.sync_mirror(ctx)
     job = mirrored_job(job_id)
@@ -214,6 +226,8 @@ def join_job(ctx, job_id: int, dataset_pk) -> Membership:
             "does not match the job's",
             field="dataset",
         )
+    if config.dp.private:
+        _check_job_delta(config.dp.delta, dataset)
     try:
         projected_epsilon(dataset, config)
     except PrivacyBudgetExceeded as exc:

@@ -13,7 +13,13 @@ from backend.api.permissions import OperatorWrites
 from backend.jobs import readmodel, services
 from backend.jobs.context import current_node
 from backend.jobs.models import JobRecord
-from backend.jobs.serializers import JobCreateSerializer, JoinSerializer, StartSerializer
+from backend.jobs.serializers import (
+    JobCreateSerializer,
+    JobSerializer,
+    JoinSerializer,
+    RoundSerializer,
+    StartSerializer,
+)
 from backend.ledger import models as mirror
 
 _JOB_SHAPE = "A job as this node sees it on chain: config, status, participants, committee (docs/API.md)."
@@ -39,25 +45,25 @@ class JobViewSet(viewsets.ViewSet):
         record = JobRecord.objects.filter(onchain_id=job.job_id).first()
         return readmodel.job_payload(job, record, _node().address)
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="jobs_list", description=_JOB_SHAPE)
+    @extend_schema(
+        responses={200: JobSerializer(many=True)}, operation_id="jobs_list", description=_JOB_SHAPE
+    )
     def list(self, request):
         jobs = mirror.Job.objects.order_by("-job_id")[:500]
         return Response([self._payload(job) for job in jobs])
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description=_JOB_SHAPE)
+    @extend_schema(responses={200: JobSerializer}, description=_JOB_SHAPE)
     def retrieve(self, request, pk=None):
         return Response(self._payload(self._job(pk)))
 
-    @extend_schema(
-        request=JobCreateSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT}
-    )
+    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
     def create(self, request):
         form = JobCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         record = services.create_job(_node(), form.validated_data)
         return Response(self._payload(self._job(record.onchain_id)), status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=JoinSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
+    @extend_schema(request=JoinSerializer, responses={200: JobSerializer})
     @action(detail=True, methods=["post"])
     def join(self, request, pk=None):
         form = JoinSerializer(data=request.data)
@@ -80,7 +86,8 @@ class JobViewSet(viewsets.ViewSet):
         return Response(self._payload(self._job(pk)) | {"cancel_tx_hash": tx_hash})
 
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT}, description="Rounds as the chain's events record them."
+        responses={200: RoundSerializer(many=True)},
+        description="Rounds as the chain's events record them, with this node's privacy releases.",
     )
     @action(detail=True, methods=["get"])
     def rounds(self, request, pk=None):

@@ -8,6 +8,7 @@ from dataset_files import form, good_npz
 from backend.api.errors import BudgetExceeded
 from backend.datasets.budget import budget_summary, charge_budget
 from backend.datasets.models import Dataset
+from backend.ledger.errors import ContractRevert
 
 pytestmark = pytest.mark.django_db
 
@@ -40,11 +41,14 @@ def test_charge_past_the_cap_is_refused_and_records_nothing(provider):
     with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):
         charge_budget(dataset, "7", **RUN)
     assert budget_summary(dataset)["epsilon_spent"] == 0.0
-    assert not dataset.spends.exists()
+    assert not dataset.releases.exists()
 
 
-def test_spend_on_a_registered_dataset_is_recorded_on_chain(provider, on_chain):
+def test_a_spend_the_chain_refuses_rolls_the_local_record_back(provider, on_chain):
+    # The chain records spends only for a job's participants: job 3 does not exist there, so
+    # the spendPrivacy transaction reverts, and charge_budget's local record goes with it.
     dataset = _dataset(provider, epsilon_cap=10.0)
-    epsilon = charge_budget(dataset, "3", **RUN)
-    micro = on_chain["ledger"].data.privacy_spent_by_job(int(dataset.onchain_id), 3)
-    assert micro == pytest.approx(epsilon * 1_000_000, abs=1)
+    with pytest.raises(ContractRevert):
+        charge_budget(dataset, "3", **RUN)
+    assert not dataset.releases.exists()
+    assert budget_summary(dataset)["epsilon_spent"] == 0.0

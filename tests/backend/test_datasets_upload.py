@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dataset_files import GOOD_CSV, csv_file, form, good_npz, npz_file
 
-from backend.datasets import chain, services, storage
+from backend.datasets import budget, chain, services, storage
 from backend.datasets.formats import deserialize
 from backend.datasets.models import Dataset
 
@@ -37,8 +37,11 @@ def test_good_csv_is_parsed_encrypted_and_stored(provider):
         "epsilon_cap": 8.0,
         "delta": 1e-5,
         "epsilon_spent": 0.0,
+        "epsilon_reserved": 0.0,
         "epsilon_left": 8.0,
         "spent_by_jobs": [],
+        "budget_group": [body["id"]],
+        "explanation": budget.EXPLANATION,
     }
     replication = body["replication"]
     assert replication["chunks"] >= 1
@@ -74,10 +77,12 @@ def test_good_npz_with_image_shaped_x(operator):
     assert len(body["schema_hash"]) == 64 and len(body["content_hash"]) == 64
 
 
-def test_same_content_twice_is_a_conflict(operator):
-    assert operator.post("/api/datasets", form(good_npz(seed=1), "npz")).status_code == 201
+def test_same_content_twice_is_refused(operator):
+    first = operator.post("/api/datasets", form(good_npz(seed=1), "npz"))
+    assert first.status_code == 201
     response = operator.post("/api/datasets", form(good_npz(seed=1), "npz", name="again"))
-    assert response.status_code == 409
+    assert response.status_code == 400
+    assert f"already registered as dataset {first.json()['id']}" in response.json()["detail"]
     assert Dataset.objects.count() == 1
 
 

@@ -11,7 +11,7 @@ from opacus.accountants import RDPAccountant
 
 from backend.api.errors import BudgetExceeded
 from backend.datasets import budget
-from backend.datasets.models import BudgetSpend, Dataset
+from backend.datasets.models import Dataset, PrivacyRelease
 from fl_node.privacy import BudgetLedger, PrivacyHistory, rdp_epsilon
 
 DELTA = 1e-5
@@ -64,11 +64,10 @@ def _dataset(epsilon_cap: float) -> Dataset:
 def _combined(dataset: Dataset) -> PrivacyHistory:
     """The dataset's whole history, composed from scratch as the uncached code does."""
     combined = PrivacyHistory()
-    for spend in dataset.spends.order_by("id"):
-        for entry in PrivacyHistory.from_json(spend.history):
-            combined.record(
-                noise_multiplier=entry.noise_multiplier, sample_rate=entry.sample_rate, steps=entry.steps
-            )
+    for release in PrivacyRelease.objects.filter(dataset=dataset).order_by("id"):
+        combined.record(
+            noise_multiplier=release.noise_multiplier, sample_rate=release.sample_rate, steps=release.steps
+        )
     return combined
 
 
@@ -78,8 +77,17 @@ def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
     for i, (noise, rate, steps) in enumerate(RUNS):
         if i == 3:
             # Another process of the node (a Celery worker) wrote a spend: the next charge sees it.
-            BudgetSpend.objects.create(
-                dataset=dataset, job="99", history=_history([(1.3, 0.2, 11)]).to_json()
+            PrivacyRelease.objects.create(
+                dataset=dataset,
+                job="99",
+                round=4,
+                kind="dp_sgd",
+                noise_multiplier=1.3,
+                sample_rate=0.2,
+                steps=11,
+                delta=DELTA,
+                epsilon_after=0.0,
+                status="released",
             )
         full = BudgetLedger(epsilon_cap=50.0, delta=DELTA, history=_combined(dataset))
         expected = full.check(noise_multiplier=noise, sample_rate=rate, steps=steps)
@@ -92,7 +100,9 @@ def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
     summary = budget.budget_summary(dataset)
     assert summary["epsilon_spent"] == rdp_epsilon(_combined(dataset), delta=DELTA)
     for row in summary["spent_by_jobs"]:
-        own = PrivacyHistory.from_json(dataset.spends.get(job=row["job"]).history)
+        own = _history(
+            (r.noise_multiplier, r.sample_rate, r.steps) for r in dataset.releases.filter(job=row["job"])
+        )
         assert row["epsilon"] == rdp_epsilon(own, delta=DELTA)
         assert budget.job_epsilon(dataset, row["job"]) == row["epsilon"]
 
@@ -101,8 +111,8 @@ def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
 def test_an_over_budget_run_is_refused_before_anything_is_recorded():
     dataset = _dataset(epsilon_cap=4.0)
     budget.reserve_budget(dataset, "1", noise_multiplier=1.1, sample_rate=64 / 576, steps=9)
-    before = list(dataset.spends.values_list("job", "history"))
+    before = list(dataset.releases.values_list("job", "noise_multiplier", "steps", "status"))
     with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):
         budget.reserve_budget(dataset, "1", noise_multiplier=0.7, sample_rate=0.01, steps=300)
-    assert list(dataset.spends.values_list("job", "history")) == before
+    assert list(dataset.releases.values_list("job", "noise_multiplier", "steps", "status")) == before
     assert budget.send_spend(budget.Charge(1.0, "", "1", 5)).result() is None  # nothing on chain to send
