@@ -7,6 +7,9 @@ from typing import Any, NamedTuple
 
 from eth_abi import decode as abi_decode
 from eth_abi import encode as abi_encode
+from eth_abi.codec import ABICodec
+from eth_abi.decoding import StringDecoder
+from eth_abi.registry import BaseEquals, registry
 from eth_utils import (
     event_abi_to_log_topic,
     function_abi_to_4byte_selector,
@@ -61,6 +64,20 @@ def to_json(value: Any, abi_type: dict[str, Any]) -> Any:
     return value
 
 
+class _ReplacingStringDecoder(StringDecoder):
+    @classmethod
+    def from_type_str(cls, type_str, registry):
+        return cls(handle_string_errors="replace")
+
+
+# Event strings come from anyone who can send a transaction (a node's name, its endpoint): bytes
+# that are not UTF-8 are replaced (U+FFFD), never an exception that would stop the indexer.
+_events_registry = registry.copy()
+_events_registry.unregister_decoder("string")
+_events_registry.register_decoder(BaseEquals("string"), _ReplacingStringDecoder, label="string")
+_event_codec = ABICodec(_events_registry)
+
+
 @dataclass(frozen=True)
 class DecodedEvent:
     contract: str
@@ -96,7 +113,7 @@ class EventDecoder:
             (value,) = abi_decode([item["type"]], topic)
             args[item["name"]] = to_json(value, item)
         data = bytes(log["data"])
-        values = abi_decode(get_abi_input_types({"inputs": plain, "type": "event"}), data)
+        values = _event_codec.decode(get_abi_input_types({"inputs": plain, "type": "event"}), data)
         for item, value in zip(plain, values, strict=True):
             args[item["name"]] = to_json(value, item)
         ordered = {i["name"]: args[i["name"]] for i in event_abi["inputs"]}

@@ -4,21 +4,80 @@ It reads logs in block batches up to ``head - confirmations``; each batch is one
 transaction that stores the ChainEvent rows, applies the projections of the new ones and moves
 the cursor, so a crash resumes at the last committed block and a replay changes nothing.
 Reorganisations deeper than ``confirmations`` are not handled: choose it for your chain.
+
+No event can stop it. Anyone can emit events (a name that is not UTF-8, a job id near 2^200),
+so each event is mirrored on its own: one that cannot be decoded, is out of bounds
+(projections.bounded, projections.Rejected) or that the database refuses is recorded as a
+RejectedEvent with its reason and skipped, and the cursor moves on. The batch is first stored
+as before (one insert, then the projections: the queries of the happy path did not change); only
+if that fails is it stored again an event at a time, each in its own savepoint. Errors of the
+database itself (connection lost, lock wait, deadlock) are not the event's fault: they abort the
+batch, which is retried on the next pass.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
 
 from . import projections
 from .abi import DecodedEvent
 from .client import ChainClient
-from .models import ChainEvent, IndexerCursor
+from .models import ChainEvent, IndexerCursor, RejectedEvent
 from .resources import Deployment
+
+logger = logging.getLogger(__name__)
+
+# MariaDB/MySQL errors about a value (raised as OperationalError by mysqlclient), not the server:
+# incorrect string value, data too long, out of range, truncated, illegal mix of collations.
+_VALUE_ERROR_CODES = frozenset({1264, 1265, 1266, 1267, 1292, 1366, 1406, 3140})
+
+
+def is_event_fault(exc: BaseException) -> bool:
+    """True when storing an event failed because of the event (reject it), False when the
+    database or this process is at fault (keep the cursor, retry the batch later)."""
+    if isinstance(exc, projections.Rejected | DataError | IntegrityError):
+        return True
+    if isinstance(exc, OperationalError):
+        code = exc.args[0] if exc.args else None
+        return isinstance(code, int) and code in _VALUE_ERROR_CODES
+    if isinstance(exc, DatabaseError):
+        return False
+    return isinstance(
+        exc, ObjectDoesNotExist | ValidationError | ValueError | TypeError | KeyError | OverflowError
+    )
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A log the indexer skips, and why (becomes a RejectedEvent row)."""
+
+    log: Any
+    reason: str
+    event: DecodedEvent | None = None
+
+    def row(self) -> RejectedEvent:
+        log, event = self.log, self.event
+        data = bytes(log["data"]) if log is not None else b""
+        tx_hash = log["transactionHash"] if log is not None else event.tx_hash
+        return RejectedEvent(
+            contract=event.contract if event else "",
+            address=str(log["address"] if log is not None else event.address)[:42],
+            name=event.name if event else "",
+            block_number=int(log["blockNumber"]) if log is not None else event.block_number,
+            tx_hash=tx_hash if isinstance(tx_hash, str) else "0x" + bytes(tx_hash).hex(),
+            log_index=int(log["logIndex"]) if log is not None else event.log_index,
+            reason=self.reason[: RejectedEvent.MAX_REASON],
+            topics=["0x" + bytes(t).hex() for t in log["topics"][:4]] if log is not None else [],
+            data=("0x" + data.hex())[: RejectedEvent.MAX_DATA],
+            data_size=len(data),
+        )
 
 
 @dataclass(frozen=True)
@@ -27,6 +86,7 @@ class IndexResult:
     to_block: int
     events: int  # events seen in the range
     new_events: int  # events not stored before
+    rejected: int = 0  # events skipped in the range (RejectedEvent rows)
 
 
 class EventIndexer:
@@ -57,20 +117,14 @@ class EventIndexer:
         """
         start = self.last_block() + 1
         head = (self.client.block_number() if head is None else head) - self.confirmations
-        seen = new = 0
+        seen = new = rejected = 0
         block = start
         while block <= head:
             end = min(head, block + self.batch_blocks - 1)
-            events = [
-                e
-                for e in map(self.client.decoder.decode, self.client.get_logs(self.addresses, block, end))
-                if e
-            ]
-            events.sort(key=lambda e: (e.block_number, e.log_index))
-            new += self._store(events, end)
-            seen += len(events)
+            batch = self.store_logs(self.client.get_logs(self.addresses, block, end), end)
+            seen, new, rejected = seen + batch.events, new + batch.new_events, rejected + batch.rejected
             block = end + 1
-        return IndexResult(start, max(head, start - 1), seen, new)
+        return IndexResult(start, max(head, start - 1), seen, new, rejected)
 
     def follow(
         self,
@@ -87,32 +141,80 @@ class EventIndexer:
                 on_result(result)
             stop.wait(interval)
 
-    @transaction.atomic
-    def _store(self, events: list[DecodedEvent], last_block: int) -> int:
+    def store_logs(self, logs: list[Any], last_block: int) -> IndexResult:
+        """Mirror these logs (of blocks up to ``last_block``) and move the cursor to ``last_block``.
+
+        Logs of other contracts are ignored; a log that cannot be decoded or bounded is rejected
+        before anything is stored.
+        """
+        events: list[DecodedEvent] = []
+        rejections: list[Rejection] = []
+        raw: dict[tuple[str, int], Any] = {}  # each event's log, kept for its rejection
+        for log in logs:
+            event = None
+            try:
+                event = self.client.decoder.decode(log)
+                if event is not None:
+                    events.append(projections.bounded(event))
+                    raw[(event.tx_hash, event.log_index)] = log
+            except Exception as exc:  # noqa: BLE001 - whatever a log holds, it is that log's fault
+                rejections.append(Rejection(log, _reason(exc, "cannot decode it: "), event))
+        events.sort(key=lambda e: (e.block_number, e.log_index))
+        try:
+            with transaction.atomic():
+                new, rejected = self._store(events, rejections, raw, last_block, one_by_one=False)
+        except Exception as exc:
+            if not is_event_fault(exc):
+                raise
+            logger.warning(
+                "blocks up to %s: an event was refused (%s); storing one at a time", last_block, exc
+            )
+            with transaction.atomic():
+                new, rejected = self._store(events, rejections, raw, last_block, one_by_one=True)
+        first = min((int(log["blockNumber"]) for log in logs), default=last_block)
+        return IndexResult(first, last_block, len(events) + len(rejections), new, rejected)
+
+    def _store(
+        self,
+        events: list[DecodedEvent],
+        rejections: list[Rejection],
+        raw: dict[tuple[str, int], Any],
+        last_block: int,
+        *,
+        one_by_one: bool,
+    ) -> tuple[int, int]:
         # One query for the batch's stored events and one insert for the new ones: an event at a
         # time (a select, a savepoint, an insert) made indexing a block the largest part of an
-        # agent's tick, and every node indexes each block the moment it is mined.
+        # agent's tick, and every node indexes each block the moment it is mined. That is the
+        # slow path, taken only when the batch holds an event that cannot be stored.
         known = self._known({e.tx_hash for e in events})
         fresh = [e for e in events if (e.tx_hash, e.log_index) not in known]
-        ChainEvent.objects.bulk_create(
-            [
-                ChainEvent(
-                    tx_hash=e.tx_hash,
-                    log_index=e.log_index,
-                    contract=e.contract,
-                    address=e.address,
-                    name=e.name,
-                    block_number=e.block_number,
-                    args=e.args,
-                )
-                for e in fresh
-            ]
-        )
-        for event in fresh:
-            projections.apply(event)
+        refused = list(rejections)
+        stored = 0
+        if not one_by_one:
+            ChainEvent.objects.bulk_create([_row(e) for e in fresh])
+            for event in fresh:
+                projections.apply(event)
+            stored = len(fresh)
+        else:
+            for event in fresh:
+                try:
+                    with transaction.atomic():
+                        _row(event).save(force_insert=True)
+                        projections.apply(event)
+                    stored += 1
+                except Exception as exc:
+                    if not is_event_fault(exc):
+                        raise
+                    log = raw.get((event.tx_hash, event.log_index))
+                    refused.append(Rejection(log, _reason(exc, "cannot store it: "), event))
+        if refused:
+            RejectedEvent.objects.bulk_create([r.row() for r in refused], ignore_conflicts=True)
+            for rejection in refused:
+                logger.warning("skipped %s", rejection.row())
         if not IndexerCursor.objects.filter(key=self.cursor_key).update(last_block=last_block):
             IndexerCursor.objects.create(key=self.cursor_key, last_block=last_block)
-        return len(fresh)
+        return stored, len(refused)
 
     @staticmethod
     def _known(tx_hashes: set[str]) -> set[tuple[str, int]]:
@@ -124,3 +226,21 @@ class EventIndexer:
             )
             known.update(rows)
         return known
+
+
+def _row(e: DecodedEvent) -> ChainEvent:
+    return ChainEvent(
+        tx_hash=e.tx_hash,
+        log_index=e.log_index,
+        contract=e.contract,
+        address=e.address,
+        name=e.name,
+        block_number=e.block_number,
+        args=e.args,
+    )
+
+
+def _reason(exc: BaseException, context: str) -> str:
+    if isinstance(exc, projections.Rejected):
+        return str(exc)
+    return f"{context}{type(exc).__name__}: {exc}"

@@ -2,16 +2,66 @@
 
 Addresses are checksummed hex, hashes and references 0x-hex. ``ChainEvent`` keeps every event
 (unique on tx hash + log index, so a replay inserts nothing twice); the typed tables are
-projections of those events that the node backend queries.
+projections of those events that the node backend queries. ``RejectedEvent`` keeps the events
+the indexer could not decode or store, with the reason, so that one hostile event is visible
+and skipped instead of halting the mirror.
+
+Ids, amounts, sample counts and deadlines are Solidity uint64/uint256: anything up to 2^256 - 1
+can reach us, and a signed 64-bit column (SQLite's only integer) overflows at 2^63, MariaDB's
+DECIMAL stops at 65 digits. They are ``Uint256Field``s: fixed-width decimal text, lossless and
+ordered on every database, ints in Python.
 """
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 ADDRESS = 42
 HASH = 66
 REFERENCE = 130
+UINT256_MAX = 2**256 - 1
+UINT256_DIGITS = 78  # len(str(2**256 - 1))
+
+
+class Uint256Field(models.CharField):
+    """An unsigned integer below 2^256, stored as 78 zero-padded decimal digits.
+
+    Zero padding keeps the text order equal to the numeric order, so ``=``, ``<``, ``in`` and
+    ``order_by`` work as on an integer column; arithmetic in SQL (F() + 1, Sum) does not: the
+    mirror never needs it. Python code reads and writes plain ints.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs["max_length"] = UINT256_DIGITS
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self):
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("max_length", None)
+        return name, path, args, kwargs
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else int(value)
+
+    def to_python(self, value):
+        if value is None or isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise ValidationError(f"{value!r} is not an unsigned integer") from None
+
+    def get_prep_value(self, value):
+        value = self.to_python(value)
+        if value is None:
+            return None
+        if not 0 <= value <= UINT256_MAX:
+            raise ValueError(f"{value} is outside uint256")
+        return f"{value:0{UINT256_DIGITS}d}"
+
+    def formfield(self, **kwargs):
+        return models.Field.formfield(self, **kwargs)
 
 
 class ChainEvent(models.Model):
@@ -31,6 +81,35 @@ class ChainEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}@{self.block_number}:{self.log_index}"
+
+
+class RejectedEvent(models.Model):
+    """A log of the DeFL contracts that the indexer skipped: undecodable, out of bounds, or
+    refused by the database. The mirror has no row for it; the cursor moved past it."""
+
+    MAX_DATA = 4096  # hex characters of the log's data kept (a hostile log may be megabytes)
+    MAX_REASON = 500
+
+    contract = models.CharField(max_length=40, blank=True)
+    address = models.CharField(max_length=ADDRESS)
+    name = models.CharField(max_length=64, blank=True, help_text="the event's name, if it was known")
+    block_number = models.PositiveBigIntegerField(db_index=True)
+    tx_hash = models.CharField(max_length=HASH)
+    log_index = models.PositiveIntegerField()
+    reason = models.CharField(max_length=MAX_REASON)
+    topics = models.JSONField(default=list)
+    data = models.TextField(blank=True, help_text="the log's data as 0x-hex, cut at MAX_DATA characters")
+    data_size = models.PositiveIntegerField(default=0, help_text="the log data's full size in bytes")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tx_hash", "log_index"], name="ledger_rejected_unique_log")
+        ]
+        ordering = ["block_number", "log_index"]
+
+    def __str__(self) -> str:
+        return f"rejected {self.name or '?'}@{self.block_number}:{self.log_index}: {self.reason}"
 
 
 class IndexerCursor(models.Model):
@@ -65,7 +144,7 @@ class Job(models.Model):
         CANCELLED = "cancelled"
         FAILED = "failed"
 
-    job_id = models.PositiveBigIntegerField(unique=True)
+    job_id = Uint256Field(unique=True)
     proposer = models.CharField(max_length=ADDRESS)
     config_hash = models.CharField(max_length=HASH)
     initial_model_ref = models.CharField(max_length=REFERENCE)
@@ -75,9 +154,9 @@ class Job(models.Model):
     top_k = models.PositiveIntegerField()
     min_trainers = models.PositiveIntegerField()
     use_blocks = models.BooleanField(default=False)
-    join_deadline = models.PositiveBigIntegerField()
-    train_period = models.PositiveBigIntegerField()
-    score_period = models.PositiveBigIntegerField()
+    join_deadline = Uint256Field()
+    train_period = Uint256Field()
+    score_period = Uint256Field()
     status = models.CharField(max_length=10, choices=Status.choices)
     current_round = models.PositiveIntegerField(default=0)
     model_hash = models.CharField(max_length=HASH, blank=True)
@@ -87,7 +166,7 @@ class Job(models.Model):
 class Participant(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="participants")
     node = models.CharField(max_length=ADDRESS)
-    dataset_id = models.PositiveBigIntegerField()
+    dataset_id = Uint256Field()
     index = models.PositiveIntegerField()
 
     class Meta:
@@ -105,8 +184,8 @@ class Round(models.Model):
     number = models.PositiveIntegerField()
     status = models.CharField(max_length=12, choices=Status.choices)
     base_model_hash = models.CharField(max_length=HASH)
-    update_deadline = models.PositiveBigIntegerField()
-    score_deadline = models.PositiveBigIntegerField()
+    update_deadline = Uint256Field()
+    score_deadline = Uint256Field()
     opened_block = models.PositiveBigIntegerField()
     finalized_block = models.PositiveBigIntegerField(null=True)
 
@@ -133,7 +212,7 @@ class Update(models.Model):
     index = models.PositiveIntegerField()
     reference = models.CharField(max_length=REFERENCE)
     content_hash = models.CharField(max_length=HASH)
-    samples = models.PositiveBigIntegerField()
+    samples = Uint256Field()
     median = models.PositiveIntegerField(null=True)
     rank = models.PositiveIntegerField(null=True)
     accepted = models.BooleanField(default=False)
@@ -201,14 +280,14 @@ class GlobalModel(models.Model):
 
 
 class Dataset(models.Model):
-    dataset_id = models.PositiveBigIntegerField(unique=True)
+    dataset_id = Uint256Field(unique=True)
     owner = models.CharField(max_length=ADDRESS)
     content_hash = models.CharField(max_length=HASH)
     swarm_ref = models.CharField(max_length=HASH)
     schema_hash = models.CharField(max_length=HASH)
-    samples = models.PositiveBigIntegerField()
-    privacy_cap = models.PositiveBigIntegerField()
-    privacy_spent = models.PositiveBigIntegerField(default=0)
+    samples = Uint256Field()
+    privacy_cap = Uint256Field()
+    privacy_spent = Uint256Field(default=0)
     registered_block = models.PositiveBigIntegerField()
 
 
@@ -228,8 +307,8 @@ class PrivacySpend(models.Model):
     """Privacy (micro-epsilon) spent by one job on one dataset."""
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="privacy_spends")
-    job_id = models.PositiveBigIntegerField()
-    spent = models.PositiveBigIntegerField()
+    job_id = Uint256Field()
+    spent = Uint256Field()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["dataset", "job_id"], name="ledger_privacy_unique")]

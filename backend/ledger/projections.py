@@ -1,11 +1,21 @@
 """Event -> typed tables. One handler per event; each is called once per event (the indexer only
-calls it when the ChainEvent row is new), inside the indexer's transaction."""
+calls it when the ChainEvent row is new), inside the indexer's transaction.
+
+Events are input from whoever sent the transaction. ``bounded`` (pure, no query) runs before
+anything is stored: it clips strings and refuses oversized events. The handlers refuse values
+their columns cannot hold and references to rows that do not exist by raising ``Rejected``; the
+indexer then records the event as rejected and skips it (see indexer.py).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 from collections.abc import Callable
 
 from .abi import DecodedEvent
+from .artifacts import all_artifacts
 from .models import (
     AcceptedUpdate,
     CommitteeSeat,
@@ -22,9 +32,77 @@ from .models import (
     Update,
 )
 
+MAX_TEXT = 1024  # characters kept of any string argument (a name may be megabytes of log data)
+MAX_ARGS_JSON = 256 * 1024  # an event's arguments as JSON (2,000 trainers' ranking fit)
+MAX_SMALL = 2**31 - 1  # PositiveIntegerField's bound on every database
+MAX_WRAPPED_KEY_HEX = 2 + 2 * 4096  # a wrapped 32-byte key is ~150 bytes; the contract allows 512
+REPLACEMENT = "\ufffd"
+
+
+class Rejected(Exception):
+    """An event this node will not mirror; the message is the reason shown to operators."""
+
+
+@functools.cache
+def _string_args() -> dict[str, frozenset[str]]:
+    """Event name -> its arguments of ABI type string (free text; bytes arrive as 0x-hex)."""
+    found: dict[str, set[str]] = {}
+    for artifact in all_artifacts():
+        for item in artifact.abi:
+            if item["type"] == "event":
+                names = {i["name"] for i in item["inputs"] if i["type"] == "string"}
+                found.setdefault(item["name"], set()).update(names)
+    return {name: frozenset(args) for name, args in found.items()}
+
+
+def bounded(event: DecodedEvent) -> DecodedEvent:
+    """The event with its strings clipped to MAX_TEXT characters (NUL replaced: not every
+    database stores it); Rejected if its arguments are still over MAX_ARGS_JSON."""
+    texts = _string_args().get(event.name, frozenset())
+    args = event.args
+    if texts:
+        args = {
+            k: v[:MAX_TEXT].replace("\x00", REPLACEMENT) if k in texts and isinstance(v, str) else v
+            for k, v in args.items()
+        }
+    size = len(json.dumps(args))
+    if size > MAX_ARGS_JSON:
+        raise Rejected(f"arguments of {size} bytes as JSON exceed {MAX_ARGS_JSON}")
+    return dataclasses.replace(event, args=args) if texts else event
+
+
+def _small(value: int, what: str) -> int:
+    if not 0 <= value <= MAX_SMALL:
+        raise Rejected(f"{what} {value} is out of range (0..{MAX_SMALL})")
+    return value
+
+
+def _fits(model: type, field: str, value: str) -> str:
+    """An exact value (hex, URL) that must fit its column whole: a cut one would be wrong."""
+    limit = model._meta.get_field(field).max_length
+    if limit is not None and len(value) > limit:
+        raise Rejected(f"{field} longer than {limit} characters")
+    return value
+
+
+def _label(model: type, field: str, value: str) -> str:
+    """A display string (a node's name): cut to its column."""
+    limit = model._meta.get_field(field).max_length
+    return value[:limit] if limit is not None else value
+
 
 def _job(args) -> Job:
-    return Job.objects.get(job_id=args["jobId"])
+    job = Job.objects.filter(job_id=args["jobId"]).first()
+    if job is None:
+        raise Rejected(f"unknown job {args['jobId']}")
+    return job
+
+
+def _dataset(dataset_id: int) -> Dataset:
+    dataset = Dataset.objects.filter(dataset_id=dataset_id).first()
+    if dataset is None:
+        raise Rejected(f"unknown dataset {dataset_id}")
+    return dataset
 
 
 def node_applied(e: DecodedEvent) -> None:
@@ -32,9 +110,9 @@ def node_applied(e: DecodedEvent) -> None:
     Node.objects.update_or_create(
         address=a["node"],
         defaults=dict(
-            name=a["name"],
-            endpoint=a["endpoint"],
-            pubkey=a["pubkey"],
+            name=_label(Node, "name", a["name"]),
+            endpoint=_fits(Node, "endpoint", a["endpoint"]),
+            pubkey=_fits(Node, "pubkey", a["pubkey"]),
             overlay=a["overlay"],
             status=Node.Status.APPLIED,
             updated_block=e.block_number,
@@ -51,7 +129,7 @@ def _node_status(status: str) -> Callable[[DecodedEvent], None]:
 
 def endpoint_updated(e: DecodedEvent) -> None:
     Node.objects.filter(address=e.args["node"]).update(
-        endpoint=e.args["endpoint"], updated_block=e.block_number
+        endpoint=_fits(Node, "endpoint", e.args["endpoint"]), updated_block=e.block_number
     )
 
 
@@ -62,12 +140,12 @@ def job_proposed(e: DecodedEvent) -> None:
         defaults=dict(
             proposer=e.args["proposer"],
             config_hash=s["configHash"],
-            initial_model_ref=s["initialModelRef"],
+            initial_model_ref=_fits(Job, "initial_model_ref", s["initialModelRef"]),
             initial_model_hash=s["initialModelHash"],
-            rounds=s["rounds"],
-            committee_size=s["committeeSize"],
-            top_k=s["topK"],
-            min_trainers=s["minTrainers"],
+            rounds=_small(s["rounds"], "rounds"),
+            committee_size=_small(s["committeeSize"], "committeeSize"),
+            top_k=_small(s["topK"], "topK"),
+            min_trainers=_small(s["minTrainers"], "minTrainers"),
             use_blocks=s["useBlocks"],
             join_deadline=s["joinDeadline"],
             train_period=s["trainPeriod"],
@@ -82,7 +160,9 @@ def job_proposed(e: DecodedEvent) -> None:
 def participant_joined(e: DecodedEvent) -> None:
     a = e.args
     Participant.objects.get_or_create(
-        job=_job(a), node=a["node"], defaults=dict(dataset_id=a["datasetId"], index=a["index"])
+        job=_job(a),
+        node=a["node"],
+        defaults=dict(dataset_id=a["datasetId"], index=_small(a["index"], "index")),
     )
 
 
@@ -93,7 +173,7 @@ def job_started(e: DecodedEvent) -> None:
 def round_opened(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
-    job.current_round = a["round"]
+    job.current_round = _small(a["round"], "round")
     job.save(update_fields=["current_round"])
     Round.objects.update_or_create(
         job=job,
@@ -116,10 +196,13 @@ def update_submitted(e: DecodedEvent) -> None:
     a = e.args
     Update.objects.get_or_create(
         job=_job(a),
-        round=a["round"],
+        round=_small(a["round"], "round"),
         trainer=a["trainer"],
         defaults=dict(
-            index=a["index"], reference=a["modelRef"], content_hash=a["contentHash"], samples=a["samples"]
+            index=_small(a["index"], "index"),
+            reference=_fits(Update, "reference", a["modelRef"]),
+            content_hash=a["contentHash"],
+            samples=a["samples"],
         ),
     )
 
@@ -129,7 +212,13 @@ def scores_submitted(e: DecodedEvent) -> None:
     job = _job(a)
     Score.objects.bulk_create(
         [
-            Score(job=job, round=a["round"], member=a["member"], trainer=trainer, score=score)
+            Score(
+                job=job,
+                round=_small(a["round"], "round"),
+                member=a["member"],
+                trainer=trainer,
+                score=_small(score, "score"),
+            )
             for trainer, score in zip(a["trainers"], a["scores"], strict=True)
         ],
         ignore_conflicts=True,
@@ -139,13 +228,14 @@ def scores_submitted(e: DecodedEvent) -> None:
 def round_finalized(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
+    _small(a["round"] + 1, "round")  # the next committee's round must fit too
     Round.objects.filter(job=job, number=a["round"]).update(
         status=Round.Status.AGGREGATING, finalized_block=e.block_number
     )
     accepted = set(a["accepted"])
     for rank, (trainer, median) in enumerate(zip(a["ranking"], a["medians"], strict=True)):
         Update.objects.filter(job=job, round=a["round"], trainer=trainer).update(
-            median=median, rank=rank, accepted=trainer in accepted
+            median=_small(median, "median"), rank=rank, accepted=trainer in accepted
         )
     AcceptedUpdate.objects.bulk_create(
         [
@@ -165,23 +255,29 @@ def global_model_proposed(e: DecodedEvent) -> None:
     a = e.args
     GlobalModelProposal.objects.get_or_create(
         job=_job(a),
-        round=a["round"],
+        round=_small(a["round"], "round"),
         model_hash=a["modelHash"],
-        defaults=dict(proposer=a["proposer"], reference=a["modelRef"]),
+        defaults=dict(
+            proposer=a["proposer"], reference=_fits(GlobalModelProposal, "reference", a["modelRef"])
+        ),
     )
 
 
 def global_model_confirmed(e: DecodedEvent) -> None:
     a = e.args
     GlobalModelProposal.objects.filter(job=_job(a), round=a["round"], model_hash=a["modelHash"]).update(
-        votes=a["votes"]
+        votes=_small(a["votes"], "votes")
     )
 
 
 def global_model_fixed(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
-    proposal = GlobalModelProposal.objects.get(job=job, round=a["round"], model_hash=a["modelHash"])
+    proposal = GlobalModelProposal.objects.filter(
+        job=job, round=a["round"], model_hash=a["modelHash"]
+    ).first()
+    if proposal is None:
+        raise Rejected(f"no proposal of {a['modelHash']} for round {a['round']} of job {a['jobId']}")
     GlobalModel.objects.get_or_create(
         job=job,
         round=a["round"],
@@ -226,8 +322,10 @@ def dataset_registered(e: DecodedEvent) -> None:
 
 def access_granted(e: DecodedEvent) -> None:
     a = e.args
+    if len(a["wrappedKey"]) > MAX_WRAPPED_KEY_HEX:
+        raise Rejected(f"wrappedKey of {len(a['wrappedKey'])} hex characters exceeds {MAX_WRAPPED_KEY_HEX}")
     Grant.objects.update_or_create(
-        dataset=Dataset.objects.get(dataset_id=a["datasetId"]),
+        dataset=_dataset(a["datasetId"]),
         grantee=a["grantee"],
         defaults=dict(
             wrapped_key=a["wrappedKey"], active=True, granted_block=e.block_number, revoked_block=None
@@ -244,7 +342,7 @@ def access_revoked(e: DecodedEvent) -> None:
 
 def privacy_spent(e: DecodedEvent) -> None:
     a = e.args
-    dataset = Dataset.objects.get(dataset_id=a["datasetId"])
+    dataset = _dataset(a["datasetId"])
     dataset.privacy_spent = a["datasetTotal"]
     dataset.save(update_fields=["privacy_spent"])
     PrivacySpend.objects.update_or_create(
@@ -281,8 +379,10 @@ HANDLERS: dict[str, Callable[[DecodedEvent], None]] = {
     "AccessGranted": access_granted,
     "AccessRevoked": access_revoked,
     "PrivacySpent": privacy_spent,
+    "SpenderWired": _ignore,  # DataRegistry's one-time wiring to FederatedLearning at deployment
 }
 
 
 def apply(event: DecodedEvent) -> None:
-    HANDLERS[event.name](event)
+    """Project one event; events no handler knows (new ones of a newer contract) stay in ChainEvent."""
+    HANDLERS.get(event.name, _ignore)(event)

@@ -65,13 +65,21 @@ class PeerSerializer(serializers.Serializer):
 
 
 class EventSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    contract = serializers.CharField()
+    name = serializers.CharField(allow_blank=True, help_text="blank for a rejected log that was not decoded")
+    contract = serializers.CharField(allow_blank=True)
     block = serializers.IntegerField()
     tx_hash = serializers.CharField()
-    args = serializers.DictField()
+    args = serializers.DictField(help_text="empty for a rejected event")
     timestamp = serializers.DateTimeField(allow_null=True)
+    status = serializers.ChoiceField(
+        choices=["mirrored", "rejected"],
+        help_text="rejected: the indexer could not decode or store it, skipped it and kept indexing",
+    )
+    reason = serializers.CharField(allow_null=True, help_text="why it was rejected (null when mirrored)")
 
 
 class EventQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+    status = serializers.ChoiceField(
+        choices=["mirrored", "rejected"], required=False, help_text="only events of this status"
+    )

@@ -1,0 +1,126 @@
+"""What a hostile party does on the chain, as plain functions (shared by the hostile-* tests).
+
+- ``send_raw``: a transaction signed with the attacker's own key and sent as raw bytes, with a
+  fixed gas limit: nothing of ours (no ChainClient preflight, no typed encoder) filters it, so
+  whatever the contract accepts is mined and its events reach every node's indexer.
+- ``encode_raw``: calldata for a function whose ``string`` arguments are given as arbitrary
+  bytes (invalid UTF-8, megabytes): the ABI encodes string and bytes alike.
+- ``craft_log``: the log a contract would emit for given arguments, for values the contract
+  refuses today (fed straight to ``EventIndexer.store_logs``, as a contract that accepted them,
+  or an older deployment, would deliver them).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from eth_abi import encode as abi_encode
+from eth_account.signers.local import LocalAccount
+from eth_utils import event_abi_to_log_topic, function_abi_to_4byte_selector, get_abi_input_types
+from web3 import Web3
+
+from backend.ledger.artifacts import load_artifact
+from backend.ledger.resources import Deployment
+
+RAW_GAS = 6_000_000
+
+
+def _as_bytes_types(types: list[str], values: list[Any]) -> list[str]:
+    """Encode a ``string`` given as bytes with the ``bytes`` encoder (identical layout)."""
+    return [
+        "bytes" if t == "string" and isinstance(v, bytes) else t for t, v in zip(types, values, strict=True)
+    ]
+
+
+def _abi_item(contract: str, kind: str, name: str) -> dict[str, Any]:
+    artifact = load_artifact(contract)
+    return next(item for item in artifact.abi if item["type"] == kind and item.get("name") == name)
+
+
+def has_function(contract: str, function: str) -> bool:
+    return any(i["type"] == "function" and i["name"] == function for i in load_artifact(contract).abi)
+
+
+def encode_raw(contract: str, function: str, **given: Any) -> bytes:
+    """Calldata by argument name; arguments not given are zero (the signature may grow)."""
+    fn = _abi_item(contract, "function", function)
+    args = [given[i["name"]] if i["name"] in given else _zero(i) for i in fn["inputs"]]
+    types = get_abi_input_types(fn)
+    return function_abi_to_4byte_selector(fn) + abi_encode(_as_bytes_types(types, args), args)
+
+
+def send_raw(w3: Web3, account: LocalAccount, to: str, data: bytes, *, gas: int = RAW_GAS) -> dict:
+    """Sign and send; the receipt (status 0: the contract refused it, and it emitted nothing)."""
+    base = w3.eth.get_block("latest").get("baseFeePerGas") or 0
+    tx = {
+        "to": to,
+        "data": data,
+        "gas": gas,
+        "nonce": w3.eth.get_transaction_count(account.address, "pending"),
+        "chainId": w3.eth.chain_id,
+        "value": 0,
+        "maxFeePerGas": 2 * base + 10**9,
+        "maxPriorityFeePerGas": 10**9,
+    }
+    signed = account.sign_transaction(tx)
+    try:
+        tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
+    except Exception as exc:  # the in-process EVM refuses a reverting transaction at once
+        if "revert" not in str(exc).lower() and "TransactionFailed" not in type(exc).__name__:
+            raise
+        return {"status": 0, "logs": [], "error": str(exc)}
+    return dict(w3.eth.wait_for_transaction_receipt(tx_hash, timeout=60))
+
+
+def craft_log(
+    deployment: Deployment,
+    contract: str,
+    event: str,
+    args: dict[str, Any],
+    *,
+    block: int,
+    log_index: int = 0,
+    tx_hash: str | None = None,
+) -> dict[str, Any]:
+    """The log ``contract`` would emit as ``event`` with ``args`` (strings may be bytes)."""
+    item = _abi_item(contract, "event", event)
+    indexed = [i for i in item["inputs"] if i["indexed"]]
+    plain = [i for i in item["inputs"] if not i["indexed"]]
+    topics = [event_abi_to_log_topic(item)] + [abi_encode([i["type"]], [args[i["name"]]]) for i in indexed]
+    types = get_abi_input_types({"inputs": plain, "type": "event"})
+    values = [args[i["name"]] for i in plain]
+    return {
+        "address": deployment.address(contract),
+        "topics": topics,
+        "data": abi_encode(_as_bytes_types(types, values), values),
+        "blockNumber": block,
+        "logIndex": log_index,
+        "transactionHash": tx_hash or "0x" + secrets.token_hex(32),
+    }
+
+
+def event_args(contract: str, event: str, **given: Any) -> dict[str, Any]:
+    """Arguments for ``event``: ``given`` ones, zero values of the right type for the rest (so a
+    crafted log follows the event's current signature even when a contract adds arguments)."""
+    item = _abi_item(contract, "event", event)
+    return {i["name"]: given[i["name"]] if i["name"] in given else _zero(i) for i in item["inputs"]}
+
+
+def _zero(item: dict[str, Any]) -> Any:
+    kind = item["type"]
+    if kind.endswith("]"):
+        return []
+    if kind == "tuple":
+        return tuple(_zero(c) for c in item["components"])
+    if kind.startswith(("uint", "int")):
+        return 0
+    if kind == "address":
+        return "0x" + "00" * 20
+    if kind == "bool":
+        return False
+    if kind == "string":
+        return ""
+    if kind == "bytes":
+        return b""
+    return b"\x00" * int(kind.removeprefix("bytes"))
