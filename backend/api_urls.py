@@ -1,6 +1,6 @@
 """The /api/ routes of accounts, this node, datasets and models (jobs and swarm add their own)."""
 
-from django.urls import path
+from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from backend.datasets.views import DatasetViewSet
@@ -21,4 +21,5 @@ urlpatterns = [
     path("peers", PeerListView.as_view(), name="peers"),
     path("events", EventListView.as_view(), name="events"),
     *router.urls,
+    path("", include("backend.web.api_urls")),  # the dashboard's read models (backend/web)
 ]

@@ -3,6 +3,7 @@ import vue from '@vitejs/plugin-vue'
 import AutoImport from 'unplugin-auto-import/vite'
 import Components from 'unplugin-vue-components/vite'
 import { ElementPlusResolver } from 'unplugin-vue-components/resolvers'
+import { precompress } from './scripts/precompress.js'
 
 // The build is served by the node's Django app (backend/web) under STATIC_URL,
 // so asset URLs start with /static/; index.html itself is served for every client route.
@@ -13,6 +14,8 @@ export default defineConfig(({ command }) => ({
     // Element Plus components and their CSS are imported where used, not globally.
     AutoImport({ resolvers: [ElementPlusResolver()], dts: false }),
     Components({ resolvers: [ElementPlusResolver()], dts: false, dirs: [] }),
+    // dist/**/*.{gz,br} beside each asset, served by WhiteNoise with Content-Encoding.
+    precompress(),
   ],
   build: {
     outDir: 'dist',

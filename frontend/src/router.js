@@ -1,7 +1,8 @@
 // Every page is its own chunk (lazy routes). Routes carry the action they need,
 // so a role that may not do it is sent back to the overview.
 import { createRouter, createWebHistory } from 'vue-router'
-import { session } from './lib/session.js'
+import { restoreSession, session } from './lib/session.js'
+import { api } from './lib/api.js'
 import { can } from './lib/permissions.js'
 
 export const routes = [
@@ -18,13 +19,17 @@ export const routes = [
 
 export function guard(to) {
   if (to.meta.public) return true
-  if (!session.token) return { name: 'login', query: to.fullPath === '/' ? {} : { redirect: to.fullPath } }
+  if (!session.user) return { name: 'login', query: to.fullPath === '/' ? {} : { redirect: to.fullPath } }
   if (to.meta.action && !can(session.user?.role, to.meta.action)) return { name: 'overview' }
   return true
 }
 
 export const router = createRouter({ history: createWebHistory('/'), routes })
-router.beforeEach(guard)
+// The first navigation of a tab waits for the session cookie's answer (one /api/auth/me).
+router.beforeEach(async (to) => {
+  if (!to.meta.public) await restoreSession(api.me)
+  return guard(to)
+})
 router.afterEach((to) => {
   document.title = `${to.meta.title || 'DeFL'} · DeFL node`
 })

@@ -28,7 +28,7 @@ describe('SignInForm', () => {
     wrapper.unmount()
   })
 
-  it('signs in, stores the token for this tab and reports the user', async () => {
+  it('signs in, keeps the user (not the token: the cookie is the credential) and reports the user', async () => {
     api.login.mockResolvedValue({ token: 'abc123', user: { username: 'ada', role: 'operator' } })
     const wrapper = mount(SignInForm, { attachTo: document.body })
     await wrapper.find('input[data-test=username-input]').setValue('  ada ')
@@ -36,8 +36,9 @@ describe('SignInForm', () => {
     await wrapper.find('form').trigger('submit')
     await settle()
     expect(api.login).toHaveBeenCalledWith('ada', 'secret-pass')
-    expect(session.token).toBe('abc123')
-    expect(JSON.parse(sessionStorage.getItem('defl.session')).user.role).toBe('operator')
+    expect(session.user).toEqual({ username: 'ada', role: 'operator' })
+    expect(JSON.stringify(session)).not.toContain('abc123')
+    expect(sessionStorage.length + localStorage.length).toBe(0)
     expect(wrapper.emitted('signed-in')[0][0]).toEqual({ username: 'ada', role: 'operator' })
     wrapper.unmount()
   })
@@ -50,7 +51,7 @@ describe('SignInForm', () => {
     await wrapper.find('form').trigger('submit')
     await settle()
     expect(wrapper.find('[data-test=sign-in-error]').text()).toContain('Wrong username or password')
-    expect(session.token).toBeNull()
+    expect(session.user).toBeNull()
     expect(wrapper.emitted('signed-in')).toBeUndefined()
     wrapper.unmount()
   })

@@ -5,7 +5,8 @@ import { settle } from './helpers.js'
 
 vi.mock('../src/lib/api.js', async (importOriginal) => {
   const actual = await importOriginal()
-  const job = { id: 3, name: 'mnist', status: 'running', rounds: 5, current_round: 1, model: 'mlp', strategy: 'fedavg' }
+  const me = '0xa11ce00000000000000000000000000000000001'
+  const job = { id: 3, name: 'mnist', status: 'running', rounds: 5, current_round: 1, model: 'mlp', strategy: 'fedavg', proposer: me }
   return {
     ...actual,
     api: {
@@ -13,6 +14,8 @@ vi.mock('../src/lib/api.js', async (importOriginal) => {
       jobs: vi.fn(async () => [job]),
       job: vi.fn(async () => job),
       rounds: vi.fn(async () => []),
+      grantedDatasets: vi.fn(async () => []),
+      joinCandidates: vi.fn(async () => ({ address: me, members: [] })),
     },
   }
 })
@@ -24,7 +27,7 @@ import DatasetsPage from '../src/pages/DatasetsPage.vue'
 import JobsPage from '../src/pages/JobsPage.vue'
 import JobPage from '../src/pages/JobPage.vue'
 
-const signInAs = (role) => setSession('token', { username: role, role })
+const signInAs = (role) => setSession({ username: role, role })
 
 async function mountPage(component, props = {}) {
   const router = createRouter({ history: createMemoryHistory(), routes })
@@ -95,7 +98,7 @@ describe('role gating', () => {
     }
   })
 
-  it('offers cancelling a running job only to operators', async () => {
+  it('offers cancelling a running job only to operators of the proposing node', async () => {
     for (const [role, offered] of [
       ['operator', true],
       ['provider', false],

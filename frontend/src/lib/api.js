@@ -1,7 +1,8 @@
-// The node's REST API (docs/API.md). Every call goes through one axios instance
-// that adds the token and turns failures into ApiError; a 401 ends the session.
+// The node's REST API (docs/API.md). Every call goes through one axios instance that
+// sends the session cookie with the CSRF header and turns failures into ApiError;
+// a 401 ends the session.
 import axios from 'axios'
-import { session, clearSession } from './session.js'
+import { clearSession } from './session.js'
 
 export class ApiError extends Error {
   constructor(status, detail, errors = {}) {
@@ -12,17 +13,20 @@ export class ApiError extends Error {
   }
 }
 
-const http = axios.create({ baseURL: '/api', timeout: 60000 })
+// Same-origin only: the session cookie goes along by itself, and axios copies Django's CSRF
+// cookie into the header Django checks on every write.
+const http = axios.create({
+  baseURL: '/api',
+  timeout: 60000,
+  withCredentials: false,
+  xsrfCookieName: 'csrftoken',
+  xsrfHeaderName: 'X-CSRFToken',
+})
 
 let onUnauthorized = () => {}
 export function setUnauthorizedHandler(handler) {
   onUnauthorized = handler
 }
-
-http.interceptors.request.use((config) => {
-  if (session.token) config.headers.Authorization = `Token ${session.token}`
-  return config
-})
 
 function toApiError(error) {
   if (!error.response) {
@@ -53,7 +57,7 @@ const list = (promise) => data(promise).then((body) => (Array.isArray(body) ? bo
 export const api = {
   login: (username, password) => data(http.post('/auth/login', { username, password }, { skipAuthRedirect: true })),
   logout: () => data(http.post('/auth/logout', null, { skipAuthRedirect: true })),
-  me: () => data(http.get('/auth/me')),
+  me: () => data(http.get('/auth/me', { skipAuthRedirect: true })),
 
   node: () => data(http.get('/node')),
   peers: () => list(http.get('/peers')),
@@ -79,6 +83,11 @@ export const api = {
   startJob: (id) => data(http.post(`/jobs/${id}/start`)),
   cancelJob: (id) => data(http.post(`/jobs/${id}/cancel`)),
   rounds: (id) => list(http.get(`/jobs/${id}/rounds`)),
+
+  overview: () => data(http.get('/dashboard/overview')),
+  joinCandidates: () => data(http.get('/dashboard/join-candidates')),
+  grantedDatasets: () => list(http.get('/dashboard/granted-datasets')),
+  modelCatalog: () => list(http.get('/dashboard/models')),
 
   models: () => list(http.get('/models')),
   model: (id) => data(http.get(`/models/${id}`)),

@@ -22,14 +22,18 @@ export function normalizePhase(phase) {
   return text || 'unknown'
 }
 
-export function effectivePhase(round) {
+// A training round is "scoring" once the committee's first score is in, or once every expected
+// trainer submitted (committees score as updates arrive, so the two often coincide).
+export function effectivePhase(round, expectedUpdates = 0) {
   const phase = normalizePhase(round?.phase)
-  const scored = (round?.updates || []).some((update) => Object.keys(update.scores || {}).length)
-  return phase === 'training' && scored ? 'scoring' : phase
+  const updates = round?.updates || []
+  const scored = updates.some((update) => Object.keys(update.scores || {}).length)
+  const allIn = expectedUpdates > 0 && updates.length >= expectedUpdates
+  return phase === 'training' && (scored || allIn) ? 'scoring' : phase
 }
 
-export function phaseIndex(round) {
-  return PHASE_STEPS.findIndex((step) => step.key === effectivePhase(round))
+export function phaseIndex(round, expectedUpdates = 0) {
+  return PHASE_STEPS.findIndex((step) => step.key === effectivePhase(round, expectedUpdates))
 }
 
 export function isFailedPhase(phase) {

@@ -1,35 +1,44 @@
-// The signed-in user and their API token, kept in sessionStorage so a tab's sign-in
-// survives reloads but not the browser session.
+// Who is signed in. The credential is the node's session cookie (HttpOnly, set by
+// POST /api/auth/login), shared by every tab of the browser: a link opened in a new tab is
+// signed in too, and no script can read the credential. Writes carry the CSRF cookie's value
+// in X-CSRFToken (lib/api.js), so another site cannot make the browser act for the user.
+// This module keeps only the user's name and role, restored once per tab from /api/auth/me.
 import { reactive, readonly } from 'vue'
 
-const STORAGE_KEY = 'defl.session'
-
-function load() {
-  try {
-    const saved = JSON.parse(sessionStorage.getItem(STORAGE_KEY) || 'null')
-    if (saved && saved.token && saved.user) return saved
-  } catch {
-    // a corrupt entry is the same as no session
-  }
-  return { token: null, user: null }
-}
-
-const state = reactive(load())
+const state = reactive({ user: null, restored: false })
 
 export const session = readonly(state)
 
-export function setSession(token, user) {
-  state.token = token
-  state.user = user
-  sessionStorage.setItem(STORAGE_KEY, JSON.stringify({ token, user }))
+export function setSession(user) {
+  state.user = user ? { username: user.username, role: user.role } : null
+  state.restored = true
 }
 
 export function clearSession() {
-  state.token = null
   state.user = null
-  sessionStorage.removeItem(STORAGE_KEY)
+  state.restored = true
 }
 
 export function isSignedIn() {
-  return Boolean(state.token)
+  return Boolean(state.user)
+}
+
+// A new tab asks the node once whether its cookie still signs someone in.
+let pending = null
+export function restoreSession(fetchMe) {
+  if (state.restored) return Promise.resolve(state.user)
+  pending ??= fetchMe()
+    .then((user) => setSession(user))
+    .catch(() => clearSession())
+    .then(() => state.user)
+    .finally(() => {
+      pending = null
+    })
+  return pending
+}
+
+// Tests (and a sign-out) start from "not known yet".
+export function forgetSession() {
+  state.user = null
+  state.restored = false
 }
