@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by the node itself (no CDN)
     "backend.nodes",
     "backend.ledger",
     "backend.swarm",
@@ -150,6 +151,10 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "DeFL node API",
     "DESCRIPTION": "Decentralized federated learning: datasets, jobs, rounds, models.",
     "VERSION": "0.1.0",
+    # /api/docs/ loads Swagger UI from this node's static files: it works on a node without internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery: Redis when a broker is configured, otherwise tasks run in-process.

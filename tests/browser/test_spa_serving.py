@@ -54,3 +54,31 @@ def test_the_real_build_references_only_assets_that_exist():
     assert assets, "index.html references no assets under /static/"
     for asset in assets:
         assert (FRONTEND / "dist" / asset).is_file(), asset
+
+
+@pytest.mark.skipif(not (FRONTEND / "dist" / "index.html").exists(), reason="dashboard not built")
+def test_hashed_assets_come_precompressed_and_cached_for_good(client):
+    html = (FRONTEND / "dist" / "index.html").read_text()
+    entry = re.search(r'src="(/static/assets/index-[^"]+\.js)"', html).group(1)
+    raw = client.get(entry)
+    assert raw.status_code == 200 and "Content-Encoding" not in raw
+    raw_size = len(b"".join(raw.streaming_content))
+    for encoding in ("br", "gzip"):
+        response = client.get(entry, HTTP_ACCEPT_ENCODING=encoding)
+        assert response.status_code == 200
+        assert response["Content-Encoding"] == encoding
+        assert "Accept-Encoding" in response["Vary"]
+        assert "immutable" in response["Cache-Control"] and "max-age=315360000" in response["Cache-Control"]
+        assert len(b"".join(response.streaming_content)) < raw_size / 2
+
+
+def test_swagger_ui_is_served_by_the_node_without_a_cdn(client):
+    from django.contrib.staticfiles import finders
+
+    html = client.get("/api/docs/").content.decode()
+    assert "cdn.jsdelivr" not in html and "unpkg" not in html
+    scripts = re.findall(r'src="([^"]+\.js)"', html)
+    assert scripts and all(src.startswith("/static/drf_spectacular_sidecar/") for src in scripts)
+    for src in scripts:
+        assert finders.find(src.removeprefix("/static/")), src
+        assert client.get(src).status_code == 200, src
