@@ -25,7 +25,7 @@ Differentially Private Learners") instead:
 
 The mechanism is exactly Opacus's: the same clip factor formula (including its
 ``1e-6``), noise ``N(0, (noise_multiplier * max_grad_norm)^2)`` drawn with
-``torch.normal`` from the same generator per parameter in the same order, the
+the same noise source per parameter in the same order (``fl_node.secure_random``), the
 same scaling by the expected batch size for a mean loss, and a noisy step for an
 empty Poisson batch. ``tests/fl_node/test_dp_engine.py`` checks it against
 Opacus. The accounting is unchanged: the caller records every step.
@@ -44,6 +44,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
+
+from fl_node.secure_random import NoiseSource, SecureRandom, TorchRandom
 
 # Parameter-free modules that act on each example on its own, so they cannot mix examples.
 PER_EXAMPLE_MODULES: tuple[type[nn.Module], ...] = (
@@ -291,6 +293,7 @@ class BookKeepingDP:
         noise_multiplier: float,
         max_grad_norm: float,
         expected_batch_size: int,
+        noise: NoiseSource | None = None,
         generator: torch.Generator | None = None,
         loss_reduction: str = "mean",
     ) -> None:
@@ -303,7 +306,11 @@ class BookKeepingDP:
         self.noise_multiplier = float(noise_multiplier)
         self.max_grad_norm = float(max_grad_norm)
         self.expected_batch_size = int(expected_batch_size)
-        self.generator = generator
+        # The noise is secret (SecureRandom) unless a caller asks for a reproducible torch
+        # generator, which only tests and benchmarks comparing against Opacus do.
+        if noise is None:
+            noise = TorchRandom(generator) if generator is not None else SecureRandom()
+        self.noise = noise
         self.loss_reduction = loss_reduction
         self._leaves = list(_leaves(model))
         self._tapes = {
@@ -440,9 +447,7 @@ class BookKeepingDP:
             if grad is None:
                 grad = torch.zeros_like(param)
             if std > 0:
-                grad = grad + torch.normal(
-                    0.0, std, size=param.shape, generator=self.generator, dtype=param.dtype
-                )
+                grad = grad + self.noise.normal(param.shape, std=std, dtype=param.dtype)
             param.grad = grad / divisor if divisor != 1 else grad
         self.batch_size = 0
 

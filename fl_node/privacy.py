@@ -17,9 +17,9 @@ State and formulas are kept apart, as in Opacus's accountants:
   any sequence of rounds and jobs and far tighter than adding (epsilon, delta)
   pairs (basic composition).
 * ``UpdateGaussianMechanism`` clips a whole model update and adds Gaussian noise
-  (client-level DP in the style of DP-FedAvg, McMahan et al. 2018, "Learning
-  Differentially Private Recurrent Language Models"); it keeps its own history
-  with sample rate = client sampling fraction.
+  (in the style of DP-FedAvg, McMahan et al. 2018, "Learning Differentially Private
+  Recurrent Language Models"), accounted at the record level with sensitivity 2C.
+* Every release's noise comes from a secret stream (``fl_node.secure_random``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.prv import PRVAccountant
 from opacus.accountants.rdp import RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
+
+from fl_node.secure_random import NoiseSource, SecureRandom
 
 
 class PrivacyBudgetExceeded(Exception):
@@ -376,24 +378,30 @@ def clip_update(update: Update, *, clip_norm: float) -> dict[str, torch.Tensor]:
 
 
 def add_gaussian_noise(
-    update: Update, *, std: float, generator: torch.Generator | None = None
+    update: Update, *, std: float, randomness: NoiseSource | None = None
 ) -> dict[str, torch.Tensor]:
+    """``update`` plus N(0, std^2) per float entry, drawn from a secret stream by default."""
+    source = randomness if randomness is not None else SecureRandom()
     return {
-        k: t + torch.normal(0.0, std, size=t.shape, generator=generator, dtype=t.dtype)
-        if t.is_floating_point()
-        else t
+        k: t + source.normal(t.shape, std=std, dtype=t.dtype) if t.is_floating_point() else t
         for k, t in update.items()
     }
+
+
+# One record can move a clipped update from any point of the C-ball to any other.
+RECORD_SENSITIVITY_FACTOR = 2.0
 
 
 class UpdateGaussianMechanism:
     """Clip a whole update to L2 norm ``clip_norm`` and add N(0, (noise_multiplier * clip_norm)^2).
 
-    Each release is one step of a subsampled Gaussian mechanism at the client
-    level, with sample rate ``sampling_fraction`` (the chance that this client
-    takes part in a round). The amplification that the sample rate buys holds
-    only if participation is random (Poisson) and kept secret; a fraction of 1
-    claims no amplification.
+    The guarantee is record-level, like DP-SGD's: datasets that differ in one record. One
+    node's clipped update is released on its own, and one record can move it anywhere in
+    the C-ball, so the release's sensitivity is 2C and the history records
+    ``noise_multiplier / 2`` (std over sensitivity). Each release is one step; the sample rate
+    ``sampling_fraction`` (the chance that this client takes part in a round) buys
+    amplification only if participation is random and kept secret, which an on-chain round
+    is not: the node passes 1.
     """
 
     def __init__(self, *, clip_norm: float, noise_multiplier: float, sampling_fraction: float) -> None:
@@ -408,10 +416,18 @@ class UpdateGaussianMechanism:
         self.sampling_fraction = float(sampling_fraction)
         self.history = PrivacyHistory()
 
-    def privatize(
-        self, update: Update, *, generator: torch.Generator | None = None
-    ) -> dict[str, torch.Tensor]:
-        """Clip, noise and record one release of ``update``."""
+    @property
+    def release(self) -> ReleasePlan:
+        """One release as the accountant sees it: std over the record-level sensitivity 2C."""
+        return ReleasePlan(
+            "update_gaussian",
+            self.noise_multiplier / RECORD_SENSITIVITY_FACTOR,
+            self.sampling_fraction,
+            1,
+        )
+
+    def privatize(self, update: Update, *, randomness: NoiseSource | None = None) -> dict[str, torch.Tensor]:
+        """Clip, noise (from a secret stream unless one is given) and record one release."""
         skipped = [k for k, t in update.items() if not t.is_floating_point()]
         if skipped:
             warnings.warn(
@@ -420,8 +436,11 @@ class UpdateGaussianMechanism:
                 stacklevel=2,
             )
         clipped = clip_update(update, clip_norm=self.clip_norm)
-        noised = add_gaussian_noise(clipped, std=self.noise_multiplier * self.clip_norm, generator=generator)
-        self.history.record(noise_multiplier=self.noise_multiplier, sample_rate=self.sampling_fraction)
+        noised = add_gaussian_noise(
+            clipped, std=self.noise_multiplier * self.clip_norm, randomness=randomness
+        )
+        release = self.release
+        self.history.record(noise_multiplier=release.noise_multiplier, sample_rate=release.sample_rate)
         return noised
 
     def check_participation(self, *, participants: int, expected: int) -> None:

@@ -8,6 +8,14 @@ in [0, 1]: accuracy by default, or ``exp(-mean cross-entropy)`` for
 ``metric="likelihood"`` (1 for a perfect model, falling towards 0 as the loss
 grows). :func:`fl_node.committee.score_to_int` turns it into the on-chain integer.
 
+A score is a release of the member's validation records, so by default it is noised and
+charged (``fl_node.privacy_plan``): the accuracy's correct-count gets Gaussian noise of std
+``noise_multiplier`` (one record changes the count by at most 1), the likelihood's sum of
+per-record cross-entropies is clipped per record to ``LOSS_CLIP`` and gets noise of std
+``noise_multiplier * LOSS_CLIP``. The noise comes from a secret stream
+(``fl_node.secure_random``). Without a multiplier (a job without DP, or a hold-out the
+dataset declared public) the exact value is released.
+
 Scoring must never crash a committee member on a hostile update: anything
 malformed (undecodable bytes, wrong names or shapes, NaN/Inf, a model that
 becomes non-finite) scores 0. Errors in the caller's own inputs (model,
@@ -24,8 +32,11 @@ from torch import Tensor, nn
 
 from fl_node.codec import CodecError, Update, check_update, decode_update, densify, update_spec
 from fl_node.committee import score_to_int
+from fl_node.secure_random import NoiseSource, SecureRandom
 
 METRICS = ("accuracy", "likelihood")
+# Per-record cross-entropy is clipped to this before it is summed: the sum's sensitivity.
+LOSS_CLIP = 10.0
 
 
 def _as_update(update: bytes | Update, global_state: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
@@ -59,8 +70,21 @@ def merged_state(
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x_val: Tensor, y_val: Tensor, *, batch_size: int, metric: str) -> float:
-    """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if outputs are non-finite."""
+def evaluate(
+    model: nn.Module,
+    x_val: Tensor,
+    y_val: Tensor,
+    *,
+    batch_size: int,
+    metric: str,
+    noise_multiplier: float | None = None,
+    randomness: NoiseSource | None = None,
+) -> float:
+    """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if outputs are non-finite.
+
+    With ``noise_multiplier`` the statistic is released with Gaussian noise (see the module
+    docstring); the value is then clamped to its range.
+    """
     model.eval()
     correct = 0
     loss_sum = 0.0
@@ -72,10 +96,19 @@ def evaluate(model: nn.Module, x_val: Tensor, y_val: Tensor, *, batch_size: int,
         if metric == "accuracy":
             correct += int((logits.argmax(dim=1) == targets).sum())
         else:
-            loss_sum += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
+            losses = nn.functional.cross_entropy(logits, targets, reduction="none")
+            loss_sum += float(losses.clamp(0.0, LOSS_CLIP).sum()) if noise_multiplier else float(losses.sum())
+    n = len(x_val)
+    if noise_multiplier:
+        source = randomness if randomness is not None else SecureRandom()
+        sensitivity = 1.0 if metric == "accuracy" else LOSS_CLIP
+        noise = float(source.normal((1,), std=noise_multiplier * sensitivity, dtype=torch.float64))
+        if metric == "accuracy":
+            return min(max(correct + noise, 0.0), float(n)) / n
+        return math.exp(-min(max(loss_sum + noise, 0.0), LOSS_CLIP * n) / n)
     if metric == "accuracy":
-        return correct / len(x_val)
-    return math.exp(-loss_sum / len(x_val))
+        return correct / n
+    return math.exp(-loss_sum / n)
 
 
 def score_update(
@@ -87,12 +120,16 @@ def score_update(
     *,
     batch_size: int = 512,
     metric: str = "accuracy",
+    noise_multiplier: float | None = None,
+    randomness: NoiseSource | None = None,
 ) -> float:
     """Score in [0, 1] of ``global_state + update`` on (x_val, y_val); 0 for a malformed update.
 
     ``model`` is a scratch module of the right architecture: its weights are
     overwritten. ``update`` is encoded bytes or a decoded mapping; it must
-    carry exactly the floating-point tensors of ``global_state``.
+    carry exactly the floating-point tensors of ``global_state``. ``noise_multiplier``
+    (std of the count noise, see the module docstring) makes the score a DP release; the
+    caller charges it.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -107,7 +144,15 @@ def score_update(
     if merged is None:
         return 0.0
     model.load_state_dict(merged, strict=True)
-    value = evaluate(model, x_val, y_val, batch_size=batch_size, metric=metric)
+    value = evaluate(
+        model,
+        x_val,
+        y_val,
+        batch_size=batch_size,
+        metric=metric,
+        noise_multiplier=noise_multiplier,
+        randomness=randomness,
+    )
     return min(1.0, max(0.0, value)) if value == value else 0.0
 
 
@@ -120,8 +165,20 @@ def score_update_int(
     *,
     batch_size: int = 512,
     metric: str = "accuracy",
+    noise_multiplier: float | None = None,
+    randomness: NoiseSource | None = None,
 ) -> int:
     """The on-chain integer score (basis points) of :func:`score_update`."""
     return score_to_int(
-        score_update(model, global_state, update, x_val, y_val, batch_size=batch_size, metric=metric)
+        score_update(
+            model,
+            global_state,
+            update,
+            x_val,
+            y_val,
+            batch_size=batch_size,
+            metric=metric,
+            noise_multiplier=noise_multiplier,
+            randomness=randomness,
+        )
     )

@@ -22,13 +22,17 @@ from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
 from fl_node.codec import content_hash, decode_update, encode_update, update_spec
 from fl_node.committee import decide_round
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
+from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
-from fl_node.privacy import PrivacyHistory, UpdateGaussianMechanism, calibrate_noise, prv_epsilon, rdp_epsilon
+from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
+from fl_node.privacy_plan import PrivacyPlan, plan_privacy
 from fl_node.score import score_update_int
+from fl_node.secure_random import SecureRandom
 from fl_node.train import TrainConfig, evaluate, train_local
 
 DP_MODES = ("sgd", "update")
+SCORE_PRIVACY = ("dp", "public")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class SimulationConfig:
     max_grad_norm: float = 1.0
     proximal_mu: float = 0.0
     update_clip_norm: float = 1.0
+    # "dp": committee scores are noisy counts charged to the scorer's budget; "public": every
+    # node declared its hold-out public, scores are exact and free.
+    score_privacy: str = "dp"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -67,6 +74,8 @@ class SimulationConfig:
             raise ValueError(f"epsilon must be a positive number, got {self.epsilon}")
         if self.dp_mode not in DP_MODES:
             raise ValueError(f"dp_mode must be one of {DP_MODES}, got {self.dp_mode!r}")
+        if self.score_privacy not in SCORE_PRIVACY:
+            raise ValueError(f"score_privacy must be one of {SCORE_PRIVACY}, got {self.score_privacy!r}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
         parse_attack_spec(self.attack)  # validates early
@@ -88,7 +97,33 @@ class Participant:
     train: ArrayDataset
     val: ArrayDataset
     attack: Attack | None = None
+    # Everything this participant released in the job (training and scores), one RDP history.
     history: PrivacyHistory = field(default_factory=PrivacyHistory)
+    score_history: PrivacyHistory = field(default_factory=PrivacyHistory)
+    plan: PrivacyPlan | None = None
+
+    def charge(self, release: ReleasePlan | None) -> None:
+        if release is None:
+            return
+        self.history.record(
+            noise_multiplier=release.noise_multiplier, sample_rate=release.sample_rate, steps=release.steps
+        )
+        if release.kind == "score_count":
+            self.score_history.record(
+                noise_multiplier=release.noise_multiplier,
+                sample_rate=release.sample_rate,
+                steps=release.steps,
+            )
+
+    def mechanism(self) -> UpdateGaussianMechanism | None:
+        """A fresh update mechanism of this participant's plan (its releases are charged by the caller)."""
+        if self.plan is None or self.plan.train is None or self.plan.train.kind != "update_gaussian":
+            return None
+        return UpdateGaussianMechanism(
+            clip_norm=self.plan.clip_norm,
+            noise_multiplier=self.plan.update_noise_std / self.plan.clip_norm,
+            sampling_fraction=1.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -109,8 +144,9 @@ class RoundRecord:
     updates: list[UpdateRecord]
     test_accuracy: float
     test_loss: float
-    epsilon_rdp: float  # the largest spent by any dataset so far in this job
+    epsilon_rdp: float  # the largest spent by any dataset so far in this job (training and scores)
     epsilon_prv: float
+    score_epsilon_rdp: float  # the largest spent on scores alone by any dataset
     seconds: float
 
     @property
@@ -175,7 +211,7 @@ def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[
     train_parts = partition(splits.train.y, config.nodes, config.partition, seed=config.seed)
     # Every organization holds a small labelled hold-out set of its own for committee scoring.
     val_parts = partition(splits.val.y, config.nodes, "iid", seed=config.seed + 1)
-    return [
+    participants = [
         Participant(
             index=i,
             address=node_address(config.seed, i),
@@ -185,33 +221,41 @@ def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[
         )
         for i in range(config.nodes)
     ]
+    for participant in participants:
+        participant.plan = participant_plan(config, participant)
+    return participants
 
 
-def _train_config(config: SimulationConfig, seed: int) -> TrainConfig:
-    per_example_dp = config.epsilon is not None and config.dp_mode == "sgd"
+def participant_plan(config: SimulationConfig, participant: Participant) -> PrivacyPlan:
+    """The participant's privacy plan: one per participant, as each node computes its own."""
+    mode = "none" if config.epsilon is None else config.dp_mode
+    return plan_privacy(
+        mode=mode,
+        target_epsilon=config.epsilon,
+        delta=config.delta,
+        rounds=config.rounds,
+        num_train=len(participant.train),
+        num_records=len(participant.train) + len(participant.val),
+        batch_size=config.batch_size,
+        epochs=config.local_epochs,
+        clip_norm=config.max_grad_norm if config.dp_mode == "sgd" else config.update_clip_norm,
+        scores_per_round=config.trainers_per_round,
+        public_holdout=config.score_privacy == "public",
+    )
+
+
+def _train_config(config: SimulationConfig, seed: int, plan: PrivacyPlan | None) -> TrainConfig:
     return TrainConfig(
         batch_size=config.batch_size,
         epochs=config.local_epochs,
         lr=config.lr,
         momentum=config.momentum,
         proximal_mu=config.proximal_mu,
-        target_epsilon=config.epsilon if per_example_dp else None,
+        noise_multiplier=plan.sgd_noise_multiplier if plan else None,
         delta=config.delta,
         max_grad_norm=config.max_grad_norm,
         rounds=config.rounds,
         seed=seed,
-    )
-
-
-def _update_mechanism(config: SimulationConfig) -> UpdateGaussianMechanism | None:
-    if config.epsilon is None or config.dp_mode != "update":
-        return None
-    # A node releases at most one update per round; no amplification is claimed (fraction 1).
-    noise = calibrate_noise(
-        target_epsilon=config.epsilon, delta=config.delta, sample_rate=1.0, steps=config.rounds
-    )
-    return UpdateGaussianMechanism(
-        clip_norm=config.update_clip_norm, noise_multiplier=noise, sampling_fraction=1.0
     )
 
 
@@ -222,30 +266,40 @@ def _local_update(
     global_state: dict[str, torch.Tensor],
     num_classes: int,
     round_index: int,
-    mechanism: UpdateGaussianMechanism | None,
+    secret: bytes | None,
 ) -> tuple[dict[str, torch.Tensor], int]:
     seed = config.seed * 1_000_003 + round_index * 1009 + participant.index
-    attack = participant.attack
-    data = participant.train
-    if attack and attack.poison_data:
-        data = attack.poison_data(data, num_classes)
-    if attack and not attack.trains:
-        update = {k: torch.zeros_like(v) for k, v in global_state.items()}
-    else:
-        result = train_local(
-            model, global_state, data, _train_config(config, seed), privacy_history=participant.history
-        )
-        update = result.update
-    if mechanism is not None and not attack:
-        update = mechanism.privatize(update, generator=torch.Generator().manual_seed(seed))
-    if attack and attack.poison_update:
-        update = attack.poison_update(update, torch.Generator().manual_seed(seed))
-    return update, len(data)
+    plan = participant.plan
+    if plan is not None and plan.train is not None:
+        participant.charge(plan.train)  # charged before training, as a node does
+    result = local_round(
+        model,
+        global_state,
+        participant.train,
+        _train_config(config, seed, plan),
+        num_classes=num_classes,
+        mechanism=participant.mechanism(),
+        attack=participant.attack,
+        attack_seed=seed,
+        randomness=_stream(secret, "train", round_index, participant.index),
+    )
+    return result.update, result.samples
+
+
+def _stream(secret: bytes | None, *context: str | int) -> SecureRandom | None:
+    """The DP stream of one draw site: derived from the run's secret, or fresh (None)."""
+    return SecureRandom.derive(secret, *context) if secret is not None else None
 
 
 def run_simulation(
-    config: SimulationConfig, *, on_round: Callable[[RoundRecord], None] | None = None
+    config: SimulationConfig,
+    *,
+    on_round: Callable[[RoundRecord], None] | None = None,
+    randomness_secret: bytes | None = None,
 ) -> SimulationResult:
+    """Run the federation. The DP draws are fresh secret randomness, unless ``randomness_secret``
+    (16+ bytes, the experimenter's own) makes a run repeatable: each draw site then derives its
+    stream from it (as a node could from a node-local secret)."""
     import time
 
     torch.manual_seed(config.seed)
@@ -257,7 +311,6 @@ def run_simulation(
     spec = update_spec(global_state)
     strategy = get_strategy(config.strategy)
     server_state = None
-    mechanism = _update_mechanism(config)
     committee = [p.address for p in participants[: config.committee]]
     test_x, test_y = splits.test.tensors()
     records: list[RoundRecord] = []
@@ -267,17 +320,27 @@ def run_simulation(
         encoded: dict[str, tuple[bytes, int]] = {}
         for trainer in trainers:
             update, samples = _local_update(
-                config, trainer, model, global_state, splits.num_classes, round_index, mechanism
+                config, trainer, model, global_state, splits.num_classes, round_index, randomness_secret
             )
             encoded[trainer.address] = (encode_update(update), samples)
         scores = {}
         for member_address in committee:
             member = by_address[member_address]
             vx, vy = member.val.tensors()
+            noise = member.plan.score_noise_multiplier if member.plan else None
             scores[member_address] = {
-                address: score_update_int(scratch, global_state, blob, vx, vy)
+                address: score_update_int(
+                    scratch,
+                    global_state,
+                    blob,
+                    vx,
+                    vy,
+                    noise_multiplier=noise,
+                    randomness=_stream(randomness_secret, "score", round_index, member.index, address),
+                )
                 for address, (blob, _) in encoded.items()
             }
+            member.charge(member.plan.score_release(len(encoded)) if member.plan else None)
         outcome = decide_round(
             [t.address for t in trainers],
             scores,
@@ -311,8 +374,11 @@ def run_simulation(
             ],
             test_accuracy=metrics["accuracy"],
             test_loss=metrics["loss"],
-            epsilon_rdp=_job_epsilon(histories, mechanism, config, rdp_epsilon),
-            epsilon_prv=_job_epsilon(histories, mechanism, config, prv_epsilon),
+            epsilon_rdp=_job_epsilon(histories, config, rdp_epsilon),
+            epsilon_prv=_job_epsilon(histories, config, prv_epsilon),
+            score_epsilon_rdp=max(
+                (rdp_epsilon(p.score_history, delta=config.delta) for p in participants), default=0.0
+            ),
             seconds=time.perf_counter() - started,
         )
         records.append(record)
@@ -323,11 +389,10 @@ def run_simulation(
     return SimulationResult(config=config, rounds=records, attackers=attackers)
 
 
-def _job_epsilon(histories, mechanism, config: SimulationConfig, accountant) -> float:
+def _job_epsilon(histories, config: SimulationConfig, accountant) -> float:
+    """The largest epsilon any participant spent so far: training and scores composed."""
     if config.epsilon is None:
         return 0.0
-    if mechanism is not None:
-        return accountant(mechanism.history, delta=config.delta) if len(mechanism.history) else 0.0
     return max((accountant(h, delta=config.delta) for h in histories), default=0.0)
 
 

@@ -18,6 +18,11 @@ Every step is recorded through an optimizer step hook into the job's
 ``PrivacyHistory`` and the dataset's ``BudgetLedger``; the ledger is checked
 before the first step, so an over-budget request trains nothing.
 
+Every draw the DP guarantee relies on (Poisson batch masks, gradient noise) comes from a
+secret CSPRNG stream (``fl_node.secure_random.SecureRandom``): a fresh key per call unless
+the caller passes a stream. ``TrainConfig.seed`` seeds only what DP does not rely on
+(dropout, the shuffling of non-private training).
+
 The metrics (loss and accuracy on the local training data) are for the node
 itself: they are not privatised and must not leave the node.
 """
@@ -32,11 +37,13 @@ from dataclasses import dataclass
 import torch
 from opacus.grad_sample.utils import prepare_module
 from opacus.optimizers import DPOptimizer
+from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 from torch import nn
 
 from fl_node.data import ArrayDataset
 from fl_node.dp_engine import BookKeepingDP, unsupported_reason
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
+from fl_node.secure_random import NoiseSource, SecureRandom
 
 logger = logging.getLogger(__name__)
 
@@ -183,12 +190,14 @@ def train_local(
     *,
     privacy_history: PrivacyHistory | None = None,
     ledger: BudgetLedger | None = None,
+    randomness: NoiseSource | None = None,
 ) -> TrainResult:
     """Load ``global_state`` into ``model``, train it locally and return the update.
 
     ``privacy_history`` is the job's history on this dataset (appended to);
     ``ledger`` is the dataset's budget across jobs (checked first, then charged
-    step by step). ``model`` ends holding the local weights.
+    step by step). ``randomness`` is the secret stream of the DP draws (a fresh
+    ``SecureRandom`` by default). ``model`` ends holding the local weights.
     """
     plan = plan_round(len(data), config)
     if ledger is not None:
@@ -201,7 +210,8 @@ def train_local(
         generator = torch.Generator().manual_seed(config.seed)
         if config.private:
             history = privacy_history if privacy_history is not None else PrivacyHistory()
-            _train_private(model, x, y, config, plan, generator, history=history, ledger=ledger)
+            source = randomness if randomness is not None else SecureRandom()
+            _train_private(model, x, y, config, plan, source, history=history, ledger=ledger)
         else:
             _train_plain(model, x, y, config, plan, generator)
     state = model.state_dict()
@@ -241,14 +251,15 @@ def _shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> It
         yield from torch.randperm(n, generator=generator).split(batch_size)
 
 
-def _poisson_batches(n: int, sample_rate: float, generator: torch.Generator) -> Iterator[torch.Tensor]:
+def _poisson_batches(n: int, sample_rate: float, randomness: NoiseSource) -> Iterator[torch.Tensor]:
     """Each example joins each batch independently with probability ``sample_rate``.
 
     The privacy amplification that the RDP analysis assumes holds for exactly
-    this sampling, which is why batches vary in size and may be empty.
+    this sampling, which is why batches vary in size and may be empty; it holds only
+    while the batches are secret, hence the secret stream.
     """
     while True:
-        yield torch.nonzero(torch.rand(n, generator=generator) < sample_rate).flatten()
+        yield torch.nonzero(randomness.poisson_mask(n, sample_rate)).flatten()
 
 
 def _train_plain(
@@ -263,9 +274,12 @@ def _train_plain(
     optimizer = _sgd(model, config)
     anchors = _proximal_anchors(model, config)
     batches = _shuffled_batches(len(y), config.batch_size, generator)
+    # A model may train on a cheaper loss than the full cross-entropy (fl_node.sparse_models.lm:
+    # a sampled softmax); evaluation and DP-SGD, which needs per-example losses, use the full one.
+    loss_of = getattr(model, "training_loss", None) or (lambda a, b: nn.functional.cross_entropy(model(a), b))
     for _, idx in zip(range(plan.steps), batches, strict=False):
         optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+        loss_of(x[idx], y[idx]).backward()
         add_proximal_gradient(anchors, config.proximal_mu)
         optimizer.step()
 
@@ -276,7 +290,7 @@ def _train_private(
     y: torch.Tensor,
     config: TrainConfig,
     plan: StepPlan,
-    generator: torch.Generator,
+    randomness: NoiseSource,
     *,
     history: PrivacyHistory,
     ledger: BudgetLedger | None,
@@ -287,20 +301,20 @@ def _train_private(
     mode = resolve_grad_sample_mode(model, config.grad_sample_mode)
     if mode == "bk":
         _train_private_bk(
-            model, x, y, config, plan, generator, anchors, _accounting_hook(plan, history, ledger)
+            model, x, y, config, plan, randomness, anchors, _accounting_hook(plan, history, ledger)
         )
         return
     wrapped = prepare_module(model, mode)
-    optimizer = DPOptimizer(
+    optimizer = SecretNoiseDPOptimizer(
         _sgd(wrapped, config),
         noise_multiplier=plan.noise_multiplier,
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
-        generator=generator,
+        randomness=randomness,
     )
     optimizer.attach_step_hook(_accounting_hook(plan, history, ledger))
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, generator)
+        batches = _poisson_batches(len(y), plan.sample_rate, randomness)
         for _, idx in zip(range(plan.steps), batches, strict=False):
             optimizer.zero_grad(set_to_none=True)
             if len(idx) == 0:
@@ -336,13 +350,13 @@ def _train_private_bk(
     y: torch.Tensor,
     config: TrainConfig,
     plan: StepPlan,
-    generator: torch.Generator,
+    randomness: NoiseSource,
     anchors: list[tuple[nn.Parameter, torch.Tensor]],
     record: Callable[[object], None],
 ) -> None:
     """The same mechanism as the Opacus loop, with fl_node.dp_engine computing the noisy gradient.
 
-    Same Poisson batches, clip factors, noise draws (same generator, same order)
+    Same Poisson batches, clip factors, noise draws (same stream, same order)
     and scaling; an empty batch is still a noisy step.
     """
     assert plan.noise_multiplier is not None
@@ -352,11 +366,11 @@ def _train_private_bk(
         noise_multiplier=plan.noise_multiplier,
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
-        generator=generator,
+        noise=randomness,
         loss_reduction="mean",
     )
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, generator)
+        batches = _poisson_batches(len(y), plan.sample_rate, randomness)
         for _, idx in zip(range(plan.steps), batches, strict=False):
             optimizer.zero_grad(set_to_none=True)
             if len(idx) > 0:
@@ -380,6 +394,28 @@ def _accounting_hook(
             ledger.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
 
     return record
+
+
+class SecretNoiseDPOptimizer(DPOptimizer):
+    """Opacus's DPOptimizer drawing its noise from a secret stream instead of a torch generator.
+
+    Opacus's own secure mode needs torchcsprng, which has no build for this torch; the
+    stream's ``normal`` is the same four-draw construction.
+    """
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, *, randomness: NoiseSource, **kwargs: object
+    ) -> None:
+        super().__init__(optimizer, **kwargs)  # type: ignore[arg-type]
+        self.randomness = randomness
+
+    def add_noise(self) -> None:
+        std = self.noise_multiplier * self.max_grad_norm
+        for p in self.params:
+            _check_processed_flag(p.summed_grad)
+            noise = self.randomness.normal(p.summed_grad.shape, std=std, dtype=p.summed_grad.dtype)
+            p.grad = (p.summed_grad + noise).view_as(p)
+            _mark_as_processed(p.summed_grad)
 
 
 def _empty_grad_samples(optimizer: DPOptimizer) -> None:

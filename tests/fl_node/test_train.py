@@ -9,6 +9,7 @@ from opacus.accountants import RDPAccountant
 from fl_node.data import ArrayDataset, load_dataset
 from fl_node.models import create_model
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, epsilon
+from fl_node.secure_random import SecureRandom
 from fl_node.train import TrainConfig, evaluate, plan_round, train_local
 
 
@@ -94,8 +95,22 @@ def test_target_epsilon_job_ends_within_target(digits):
     assert result.privacy.epsilon_rdp == pytest.approx(spent)
 
 
-def test_seeded_reproducibility(digits):
+def test_private_training_is_reproducible_only_with_its_secret_key(digits):
+    """The public seed does not determine DP training: only the secret stream's key does."""
     config = TrainConfig(noise_multiplier=1.0, local_steps=10, seed=3)
+    key = bytes(range(32))
+    runs = []
+    for randomness in (SecureRandom(key), SecureRandom(key), None, None):
+        model = _model(digits)
+        runs.append(train_local(model, _state(model), digits.train, config, randomness=randomness))
+    assert all(torch.equal(runs[0].update[k], runs[1].update[k]) for k in runs[0].update)
+    # Same public seed, no key given: fresh secret randomness every time.
+    assert not all(torch.equal(runs[2].update[k], runs[3].update[k]) for k in runs[0].update)
+    assert not all(torch.equal(runs[0].update[k], runs[2].update[k]) for k in runs[0].update)
+
+
+def test_plain_training_is_reproducible_from_its_seed(digits):
+    config = TrainConfig(local_steps=10, seed=3)
     runs = []
     for seed in (3, 3, 4):
         model = _model(digits)
@@ -111,7 +126,8 @@ def test_grad_sample_modes_agree_under_poisson_sampling(digits):
     for mode in ("hooks", "ew"):
         model = _model(digits, name="cnn")
         config = TrainConfig(noise_multiplier=1.0, local_steps=5, grad_sample_mode=mode, max_grad_norm=0.5)
-        updates.append(train_local(model, _state(model), digits.train, config).update)
+        randomness = SecureRandom(bytes(32))  # the same secret draws for both modes
+        updates.append(train_local(model, _state(model), digits.train, config, randomness=randomness).update)
     for key in updates[0]:
         assert torch.allclose(updates[0][key], updates[1][key], atol=1e-5), key
 

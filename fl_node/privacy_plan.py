@@ -1,0 +1,199 @@
+"""One participant's privacy in one job, planned once: what each round may release, at what noise.
+
+Every release that depends on a dataset is charged to it in one RDP history
+(``fl_node.privacy``), under one adjacency: datasets that differ by adding or removing one
+record. A round of a job releases, per participant, either
+
+* a **training update**: DP-SGD (Poisson rate q, ``steps`` noisy steps, per-example clip C,
+  sensitivity C per step), or the **update-level Gaussian mechanism** (the whole local update
+  clipped to C and noised once). One record can move a clipped update anywhere in the C-ball,
+  so that release's sensitivity is 2C, not C; the plan's noise multiplier is std / (2C);
+* or, for a committee member, **scores**: one noisy correct-count per update it scores
+  (one record changes a count by at most 1: sensitivity 1, std = the score noise multiplier).
+
+A member is on the committee or trains in a round, never both, so a job's spend is at most
+``rounds`` times the larger of the two per-round curves. The plan picks the score noise so
+that a round of scores costs no more than a round of training at the RDP order that
+decides the job's epsilon (see ``dominating_score_noise``); the job's
+training noise is calibrated for ``rounds`` training rounds as before, and the job stays
+within its target whatever committees the chain draws. A dataset that declares its hold-out
+split public (on chain, at registration) is scored without noise and without a charge.
+
+delta must be small against the dataset: with n records, any delta above 1/n allows a
+mechanism that publishes a random record in the clear, so the plan requires delta <= 1/(10 n).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from opacus.accountants.analysis import rdp as rdp_analysis
+from opacus.accountants.rdp import RDPAccountant
+
+from fl_node.privacy import ReleasePlan, calibrate_noise, unit_rdp
+
+MODES = ("none", "sgd", "update")
+# How many times smaller than 1/n delta must be.
+DELTA_FACTOR = 10
+
+
+def max_delta(num_records: int) -> float:
+    """The largest delta the plan accepts for a dataset of ``num_records`` records."""
+    if num_records < 1:
+        raise ValueError("a dataset needs at least one record")
+    return 1.0 / (DELTA_FACTOR * num_records)
+
+
+def check_delta(delta: float, num_records: int) -> None:
+    """ValueError unless 0 < delta <= 1 / (10 n)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    limit = max_delta(num_records)
+    if delta > limit:
+        raise ValueError(
+            f"delta {delta:g} is too large for {num_records} records: it must be at most "
+            f"1/(10 n) = {limit:.3g}, or a mechanism could publish a record in the clear"
+        )
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """What one participant releases per round of one job, and at what noise.
+
+    ``train`` is one training round's release (None without DP); ``score_noise_multiplier``
+    is the std of each score's count noise (sensitivity 1), None when scores are not noised
+    (a job without DP, or a public hold-out).
+    """
+
+    mode: str
+    target_epsilon: float | None
+    delta: float
+    rounds: int
+    clip_norm: float
+    train: ReleasePlan | None
+    score_noise_multiplier: float | None
+    scores_per_round: int
+    public_holdout: bool
+
+    @property
+    def private(self) -> bool:
+        return self.train is not None
+
+    @property
+    def sgd_noise_multiplier(self) -> float | None:
+        """The DP-SGD noise multiplier (std / C per step), None in other modes."""
+        return self.train.noise_multiplier if self.train and self.train.kind == "dp_sgd" else None
+
+    @property
+    def update_noise_std(self) -> float:
+        """The update mechanism's noise std: the plan's multiplier times the sensitivity 2C."""
+        if self.train is None or self.train.kind != "update_gaussian":
+            raise ValueError("this plan has no update-level mechanism")
+        return self.train.noise_multiplier * 2.0 * self.clip_norm
+
+    def score_release(self, scores: int) -> ReleasePlan | None:
+        """The release of ``scores`` noisy counts, or None when scores are not charged."""
+        if self.score_noise_multiplier is None or scores < 1:
+            return None
+        return ReleasePlan("score_count", self.score_noise_multiplier, 1.0, scores)
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "target_epsilon": self.target_epsilon,
+            "delta": self.delta,
+            "rounds": self.rounds,
+            "clip_norm": self.clip_norm,
+            "train": self.train.as_dict() if self.train else None,
+            "score_noise_multiplier": self.score_noise_multiplier,
+            "scores_per_round": self.scores_per_round,
+            "public_holdout": self.public_holdout,
+        }
+
+
+def steps_per_round(num_train: int, *, batch_size: int, epochs: int, local_steps: int | None) -> int:
+    if num_train < 1:
+        raise ValueError("cannot train on an empty dataset")
+    return local_steps or epochs * math.ceil(num_train / batch_size)
+
+
+def plan_privacy(
+    *,
+    mode: str,
+    target_epsilon: float | None,
+    delta: float,
+    rounds: int,
+    num_train: int,
+    num_records: int,
+    batch_size: int,
+    epochs: int = 1,
+    local_steps: int | None = None,
+    clip_norm: float = 1.0,
+    scores_per_round: int = 1,
+    public_holdout: bool = False,
+) -> PrivacyPlan:
+    """The plan of one participant with ``num_records`` records (``num_train`` of them trained on)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown DP mode {mode!r}; choose one of {MODES}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if scores_per_round < 0:
+        raise ValueError("scores_per_round must not be negative")
+    if not clip_norm > 0 or not math.isfinite(clip_norm):
+        raise ValueError(f"the clip norm must be a positive number, got {clip_norm}")
+    if mode == "none":
+        return PrivacyPlan(mode, None, delta, rounds, clip_norm, None, None, scores_per_round, public_holdout)
+    if target_epsilon is None or not target_epsilon > 0 or not math.isfinite(target_epsilon):
+        raise ValueError(f"a private job needs a positive target epsilon, got {target_epsilon}")
+    check_delta(delta, num_records)
+    if mode == "sgd":
+        steps = steps_per_round(num_train, batch_size=batch_size, epochs=epochs, local_steps=local_steps)
+        rate = min(batch_size / num_train, 1.0)
+        sigma = calibrate_noise(
+            target_epsilon=target_epsilon, delta=delta, sample_rate=rate, steps=rounds * steps
+        )
+        train = ReleasePlan("dp_sgd", sigma, rate, steps)
+    else:
+        # One release per round, no amplification (participation is public on chain).
+        sigma = calibrate_noise(target_epsilon=target_epsilon, delta=delta, sample_rate=1.0, steps=rounds)
+        train = ReleasePlan("update_gaussian", sigma, 1.0, 1)
+    score_noise = (
+        None
+        if public_holdout or scores_per_round == 0
+        else dominating_score_noise(train, scores_per_round, rounds=rounds, delta=delta)
+    )
+    return PrivacyPlan(
+        mode,
+        float(target_epsilon),
+        delta,
+        rounds,
+        clip_norm,
+        train,
+        score_noise,
+        scores_per_round,
+        public_holdout,
+    )
+
+
+def dominating_score_noise(train: ReleasePlan, scores: int, *, rounds: int, delta: float) -> float:
+    """The smallest count-noise std whose ``scores`` releases never raise the job's epsilon.
+
+    The job's bound is epsilon(rounds x T) where T is a training round's RDP curve; the
+    conversion to (epsilon, delta) takes its minimum over the orders, reached at alpha*. A
+    noisy count with std s costs alpha / (2 s^2) at order alpha (sensitivity 1). If a round of
+    ``scores`` counts costs at most T at alpha*, every mix of training and scoring rounds has
+    an RDP curve at most rounds x T at alpha*, hence an epsilon at most the one at alpha*,
+    which is the job's target: s^2 = scores * alpha* / (2 T(alpha*)).
+    """
+    if scores < 1:
+        raise ValueError("scores must be at least 1")
+    train_curve = train.steps * unit_rdp(train.noise_multiplier, train.sample_rate)
+    _, best_order = rdp_analysis.get_privacy_spent(
+        orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rounds * train_curve, delta=delta
+    )
+    index = list(RDPAccountant.DEFAULT_ALPHAS).index(best_order)
+    std = math.sqrt(scores * best_order / (2.0 * train_curve[index])) * (1 + 1e-9)
+    # The float rounding of the bound must not flip it.
+    assert scores * unit_rdp(std, 1.0)[index] <= train_curve[index]
+    return std
