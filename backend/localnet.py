@@ -170,6 +170,7 @@ class LocalFederation:
             "DEFL_NODE_NAME": spec.name,
             "DEFL_DEMO_PASSWORD": self.password,
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "DEFL_ALLOW_PRIVATE_PEERS": "1",  # the members' endpoints are on loopback
         }
         if self.agent_interval is not None:
             env["DEFL_AGENT_INTERVAL"] = env["DEFL_INDEXER_INTERVAL"] = str(self.agent_interval)

@@ -14,6 +14,12 @@ Run from the repository root: ``.venv/bin/python bench/swarm.py`` (``--help`` fo
 * peak memory: a 1 GB blob uploaded and downloaded (R=3, four nodes) in child processes,
   each reporting its own VmHWM (peak RSS).
 * chunk-size sweep: R=1 upload MB/s for several chunk sizes (why 1 MiB).
+* CPU cost of a replicated upload, ``upload_r3_core_s_per_gb``: the core-seconds (user +
+  system, from /proc) of this process and of the four node processes and their workers
+  during the R=3 upload, per GB (10^9 bytes) of user data. Every check is on: peers
+  verify signatures, receivers, nonces (in their databases) and rates from the headers,
+  re-hash every chunk, and fsync. Goal: <= 6. Unlike the ratio to a copy it does not
+  depend on the disk.
 
 The last line is one JSON object.
 """
@@ -85,9 +91,38 @@ def node_swarm(
     return Swarm(store, build_network(directory, store, key, replication=replication), chunk_size=chunk_size)
 
 
+def process_tree_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` and all their descendants, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    wanted, frontier = set(pids), list(pids)
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in wanted:
+                wanted.add(child)
+                frontier.append(child)
+    return sum(times.get(pid, 0.0) for pid in wanted)
+
+
+def self_cpu_s() -> float:
+    usage = os.times()
+    return usage.user + usage.system
+
+
 def download(swarm: Swarm, reference, out: Path) -> None:
     with open(out, "wb") as f:
-        swarm.get(reference, f)
+        swarm.get(reference, f, max_bytes=1 << 40)
         f.flush()
         os.fsync(f.fileno())
 
@@ -184,7 +219,12 @@ def main() -> None:
         start_all(nodes, wait_s=180)
         peers = nodes[0].extra_env["DEFL_PEERS"]
         a, d = node_swarm(nodes[0], peers, 3), node_swarm(nodes[3], peers, 3)
+        pids = [n.process.pid for n in nodes if n.process is not None]
+        cpu_before = self_cpu_s() + process_tree_cpu_s(pids)
         up3 = size / timed(lambda: holder.__setitem__("ref3", a.put(blob)))
+        cpu_upload = self_cpu_s() + process_tree_cpu_s(pids) - cpu_before
+        core_s_per_gb = cpu_upload / (size * MB / 1e9)
+        print(f"R=3 upload: {core_s_per_gb:.2f} core-s per GB (goal <= 6)", file=sys.stderr)
         down3 = size / timed(lambda: download(d, holder["ref3"], work / "out3.bin"))
         a.close()
         d.close()
@@ -203,6 +243,8 @@ def main() -> None:
             download_r1_vs_copy=round(down1 / copy, 3),
             download_r3_vs_copy=round(down3 / copy, 3),
             r3_download_identical=same,
+            upload_r3_core_s_per_gb=round(core_s_per_gb, 2),
+            upload_r3_core_s_per_gb_goal=6.0,
         )
 
         if args.mem_size_mb:

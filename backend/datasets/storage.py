@@ -32,9 +32,11 @@ def store_encrypted(blob: bytes) -> str:
     return str(_store().put(blob, encrypt=True, pin=True))
 
 
-def fetch(reference: str) -> bytes:
-    """The plaintext of a blob; every chunk is verified against its address by the store."""
-    return _store().read(reference)
+def fetch(reference: str, *, max_bytes: int | None = None) -> bytes:
+    """The plaintext of a blob of at most ``max_bytes`` (its registered size; the node's limit if unknown)."""
+    from django.conf import settings
+
+    return _store().read(reference, max_bytes=max_bytes or settings.DEFL_SWARM_MAX_BLOB_BYTES)
 
 
 def discard(reference: str) -> None:

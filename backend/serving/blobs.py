@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from backend.api.errors import Conflict
+from backend.jobs.blobs import model_max_bytes
 from fl_node.codec import content_hash
+from fl_node.models import create_model
 
 
 def _store():
@@ -17,8 +19,19 @@ def store_model_bytes(data: bytes) -> str:
     return str(_store().put(data, encrypt=False, pin=True))
 
 
+def max_model_bytes(model) -> int:
+    """The most bytes the model's architecture encodes to: a larger blob is refused before its data."""
+    module = create_model(
+        model.architecture,
+        input_shape=tuple(model.input_shape),
+        num_classes=model.num_classes,
+        **model.options,
+    )
+    return model_max_bytes(module.state_dict())
+
+
 def fetch_model_bytes(model) -> bytes:
-    data = _store().read(model.reference)
+    data = _store().read(model.reference, max_bytes=max_model_bytes(model))
     if content_hash(data) != model.content_hash:
         # The store verifies chunks against addresses; this catches a wrong reference in the registry.
         raise Conflict(f"the bytes at {model.reference[:16]}… do not match model {model.pk}'s content hash")

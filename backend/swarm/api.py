@@ -18,7 +18,8 @@ from typing import BinaryIO
 
 from backend.swarm.chunker import DEFAULT_CHUNK_SIZE
 from backend.swarm.download import FetchStats, NetworkSource
-from backend.swarm.joiner import blob_span, join, walk
+from backend.swarm.errors import InvalidTree
+from backend.swarm.joiner import blob_span, join, open_blob, walk
 from backend.swarm.network import Network
 from backend.swarm.pipeline import Progress, store_stream
 from backend.swarm.reference import Reference
@@ -85,27 +86,32 @@ class Swarm:
             self.pin(reference)
         return reference
 
-    def open(self, reference: Reference | str) -> Iterator[memoryview]:
-        """Stream a blob's bytes; every chunk is verified and bad copies are repaired on the way."""
+    def open(self, reference: Reference | str, *, max_bytes: int) -> Iterator[memoryview]:
+        """Stream a blob's bytes; every chunk is verified and bad copies are repaired on the way.
+
+        A blob larger than ``max_bytes`` raises ``BlobTooLarge`` on the first ``next()``,
+        after its root chunk and before any other; a malformed tree raises ``InvalidTree``.
+        """
         self.network.refresh()
         source = NetworkSource(self.network)
         self.last_fetch_stats = source.stats
-        return join(_ref(reference), source)
+        return join(_ref(reference), source, max_bytes=max_bytes, chunk_size=self.chunk_size)
 
     def get(
         self,
         reference: Reference | str,
         out: BinaryIO | str | os.PathLike[str],
         *,
+        max_bytes: int,
         progress: Progress | None = None,
     ) -> int:
-        """Write a blob to a file or stream; return its size."""
+        """Write a blob of at most ``max_bytes`` to a file or stream; return its size."""
         if isinstance(out, str | os.PathLike):
             with open(out, "wb") as f:
-                return self.get(reference, f, progress=progress)
+                return self.get(reference, f, max_bytes=max_bytes, progress=progress)
         done = 0
         with _Writeback.of(out) as writeback:
-            for piece in self.open(reference):
+            for piece in self.open(reference, max_bytes=max_bytes):
                 out.write(piece)
                 done += len(piece)
                 writeback.wrote(len(piece))
@@ -113,14 +119,31 @@ class Swarm:
                     progress(done)
         return done
 
-    def read(self, reference: Reference | str) -> bytes:
-        """A whole (small) blob in memory."""
-        return b"".join(bytes(p) for p in self.open(reference))
+    def read(self, reference: Reference | str, *, max_bytes: int) -> bytes:
+        """A whole (small) blob in memory: at most ``max_bytes``, or ``BlobTooLarge`` before its data.
+
+        The buffer is the root's span, allocated once that span is known to be in bounds;
+        the joiner's span rules guarantee the leaves fill exactly that.
+        """
+        self.network.refresh()
+        source = NetworkSource(self.network)
+        self.last_fetch_stats = source.stats
+        size, pieces = open_blob(_ref(reference), source, max_bytes=max_bytes, chunk_size=self.chunk_size)
+        buffer = bytearray(size)
+        done = 0
+        for piece in pieces:
+            if done + len(piece) > size:
+                raise InvalidTree("the leaves hold more bytes than the root's span")
+            buffer[done : done + len(piece)] = piece
+            done += len(piece)
+        if done != size:
+            raise InvalidTree("the leaves hold fewer bytes than the root's span")
+        return bytes(buffer)
 
     # --- pins ----------------------------------------------------------------------------
-    def chunk_addresses(self, reference: Reference | str) -> list[bytes]:
+    def chunk_addresses(self, reference: Reference | str, *, max_bytes: int | None = None) -> list[bytes]:
         self.network.refresh()
-        return list(walk(_ref(reference), NetworkSource(self.network), self.chunk_size))
+        return list(walk(_ref(reference), NetworkSource(self.network), self.chunk_size, max_bytes=max_bytes))
 
     def pin(self, reference: Reference | str, *, progress: Callable[[int], None] | None = None) -> int:
         """Keep a full copy of the blob in this node's store, safe from gc; returns its chunk count."""
@@ -141,12 +164,13 @@ class Swarm:
         self.store.unpin(self.chunk_addresses(reference))
 
     # --- stat / maintenance ----------------------------------------------------------------
-    def stat(self, reference: Reference | str) -> BlobStat:
+    def stat(self, reference: Reference | str, *, max_bytes: int | None = None) -> BlobStat:
+        """Size and chunk count; with ``max_bytes`` a larger blob is refused from its root."""
         ref = _ref(reference)
-        addresses = self.chunk_addresses(ref)
+        addresses = self.chunk_addresses(ref, max_bytes=max_bytes)
         return BlobStat(
             reference=str(ref),
-            size=blob_span(ref, NetworkSource(self.network)),
+            size=blob_span(ref, NetworkSource(self.network), chunk_size=self.chunk_size),
             chunks=len(addresses),
             encrypted=ref.encrypted,
             pinned_here=self.store.pins(ref.address) > 0,

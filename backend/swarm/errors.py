@@ -45,3 +45,16 @@ class SignatureError(SwarmError):
 
 class UnregisteredSigner(SignatureError):
     """A peer request is validly signed by a key that is not a registered node."""
+
+
+class BlobTooLarge(SwarmError):
+    """A blob is larger than the reader accepts (refused from its root chunk, before its data)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the blob is {size} bytes, more than the {limit} bytes this read accepts")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidTree(SwarmError):
+    """A blob's chunk tree breaks the tree rules (spans that do not add up, too deep, too wide)."""

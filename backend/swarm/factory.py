@@ -18,7 +18,8 @@ from backend.swarm.client import LocalTransport
 from backend.swarm.network import build_network
 from backend.swarm.peers import PeerDirectory, StaticPeerDirectory, parse_peers
 from backend.swarm.registry import LedgerPeerDirectory, Member, chain_members, mirrored_members
-from backend.swarm.signing import MemoryNonceCache, NonceCache
+from backend.swarm.replay import DatabaseNonceCache
+from backend.swarm.signing import NonceCache
 from backend.swarm.store import ChunkStore
 
 # The indexer's mirror stands in for the chain while it is at most this many blocks behind.
@@ -30,7 +31,9 @@ REGISTRY_TTL_S = 5.0
 def peer_directory() -> PeerDirectory:
     if settings.DEFL_PEERS or not settings.DEFL_CHAIN_URL:
         return StaticPeerDirectory(parse_peers(settings.DEFL_PEERS))
-    return LedgerPeerDirectory(registry_members, ttl_s=REGISTRY_TTL_S)
+    return LedgerPeerDirectory(
+        registry_members, ttl_s=REGISTRY_TTL_S, allow_private=settings.DEFL_ALLOW_PRIVATE_PEERS
+    )
 
 
 def registry_members() -> list[Member]:
@@ -53,7 +56,14 @@ def local_store() -> ChunkStore:
 
 @lru_cache(maxsize=1)
 def nonce_cache() -> NonceCache:
-    return MemoryNonceCache()
+    """In the node's database: shared by its web workers, agent and celery (replay.py)."""
+    return DatabaseNonceCache()
+
+
+@lru_cache(maxsize=1)
+def own_address() -> str:
+    """This node's chain address: the receiver every peer request to it must be signed for."""
+    return node_account().address
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +77,7 @@ def node_swarm() -> Swarm:
         replication=settings.DEFL_REPLICATION,
         min_replicas=settings.DEFL_SWARM_MIN_REPLICAS,
         timeout_s=settings.DEFL_SWARM_TIMEOUT_S,
+        allow_private=settings.DEFL_ALLOW_PRIVATE_PEERS,
     )
     return Swarm(store, network)
 

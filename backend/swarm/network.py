@@ -9,6 +9,7 @@ placement without a restart.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,11 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from backend.swarm.client import ChunkTransport, LocalTransport, PeerClient
+from backend.swarm.endpoints import EndpointRefused
 from backend.swarm.errors import PeerError
 from backend.swarm.peers import Peer, PeerDirectory
 from backend.swarm.placement import effective_replication, rank
 from backend.swarm.signing import RequestSigner
 from backend.swarm.store import ChunkStore
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,9 +127,15 @@ def build_network(
     replication: int,
     min_replicas: int = 0,
     timeout_s: float = 30.0,
+    allow_private: bool = False,
 ) -> Network:
-    """This node (its own store) plus a signed HTTP client for every other registered node."""
+    """This node (its own store) plus a signed HTTP client for every other registered node.
+
+    Endpoints from a directory that does not vouch for them (the chain's registry) are
+    dialled only where endpoints.py allows: public addresses, unless ``allow_private``.
+    """
     signer = RequestSigner(private_key)
+    private_ok = allow_private or getattr(directory, "trusted_endpoints", False)
     local = LocalTransport(store)
     known: dict[Peer, Node] = {}  # kept across refreshes: a peer keeps its pooled connections
 
@@ -137,7 +147,9 @@ def build_network(
             if peer.address == signer.address:
                 me = Node(peer, local, local=True)
             elif peer.url:
-                node = known.get(peer) or Node(peer, PeerClient(peer.url, signer, timeout_s=timeout_s))
+                node = known.get(peer) or _peer_node(peer, signer, private_ok, timeout_s)
+                if node is None:
+                    continue
                 current[peer] = node
                 nodes.append(node)
         known.clear()
@@ -147,3 +159,14 @@ def build_network(
         return nodes
 
     return Network(membership(), replication=replication, min_replicas=min_replicas, membership=membership)
+
+
+def _peer_node(peer: Peer, signer: RequestSigner, allow_private: bool, timeout_s: float) -> Node | None:
+    try:
+        client = PeerClient(
+            peer.url, signer, receiver=peer.address, allow_private=allow_private, timeout_s=timeout_s
+        )
+    except EndpointRefused as exc:
+        logger.warning("not dialling %s: %s", peer.address, exc)
+        return None
+    return Node(peer, client)

@@ -41,7 +41,13 @@ class PeerDirectory(Protocol):
 
 
 class StaticPeerDirectory:
-    """A fixed list of peers: from configuration, from a test, or a snapshot of the chain."""
+    """A fixed list of peers: from configuration, from a test, or a snapshot of the chain.
+
+    Its endpoints come from the operator (``DEFL_PEERS``), not from other members, so
+    they are dialled as given, loopback and private addresses included (endpoints.py).
+    """
+
+    trusted_endpoints = True
 
     def __init__(self, peers: Iterable[Peer]) -> None:
         self._peers = {p.address: p for p in peers}

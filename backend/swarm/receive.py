@@ -15,6 +15,7 @@ read through the request's stream.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -75,24 +76,48 @@ class BufferPool:
 
 
 _POOL = BufferPool()
+# A peer body may take ``timeout_s`` plus one second per MB: a slow sender (slow-loris)
+# holds one of the server's threads for that long at most.
+_MIN_RATE_BYTES_PER_S = 1_000_000
+
+
+class SlowBody(ValueError):
+    """The body did not arrive in time; the connection is closed."""
+
+
+def body_deadline(length: int, timeout_s: float) -> float:
+    return time.monotonic() + timeout_s + length / _MIN_RATE_BYTES_PER_S
 
 
 @contextmanager
-def read_body(request: HttpRequest, length: int) -> Iterator[memoryview]:
+def read_body(request: HttpRequest, length: int, *, timeout_s: float | None = None) -> Iterator[memoryview]:
     """The request's body of ``length`` bytes (its Content-Length), valid inside the ``with``.
 
-    ``ValueError`` if the body is cut short.
+    ``ValueError`` if the body is cut short, ``SlowBody`` if it takes longer than
+    ``timeout_s`` plus a second per MB (under gunicorn, whose socket is at hand).
     """
+    deadline = body_deadline(length, timeout_s) if timeout_s is not None else None
     with _POOL.buffer(length) as buffer:
         if length:
             stream = request.META.get("wsgi.input")
             if _is_gunicorn_length_body(stream):
-                got = _read_gunicorn(stream, buffer)
+                got = _read_gunicorn(stream, buffer, deadline)
             else:
                 got = _read_stream(request, buffer)
             if got < length:
                 raise ValueError(f"request body cut short ({got} of {length} bytes)")
         yield buffer
+
+
+def abandon_body(request: HttpRequest) -> None:
+    """Have gunicorn close the connection after the response instead of reading the unread body.
+
+    A request refused from its headers leaves its body on the socket; draining it would
+    let the sender hold a thread (and cost the bandwidth) the refusal was meant to save.
+    """
+    stream = request.META.get("wsgi.input")
+    if _GunicornBody is not None and type(stream) is _GunicornBody:
+        stream.failed = True
 
 
 def _is_gunicorn_length_body(stream: Any) -> bool:
@@ -115,7 +140,7 @@ def _read_stream(request: HttpRequest, buffer: memoryview) -> int:
     return got
 
 
-def _read_gunicorn(body: Any, buffer: memoryview) -> int:
+def _read_gunicorn(body: Any, buffer: memoryview, deadline: float | None = None) -> int:
     """Fill ``buffer`` from gunicorn's buffers, then from the socket, keeping its reader's count right.
 
     ``body.buf`` holds body bytes already counted off the reader; the unreader's
@@ -143,16 +168,28 @@ def _read_gunicorn(body: Any, buffer: memoryview) -> int:
         unreader.unread(ahead[len(mine) :])
     reader.length -= len(mine)
     take(mine)
+    sock = unreader.sock
+    previous = sock.gettimeout()
     try:
         while got < len(buffer) and reader.length > 0:
-            n = unreader.sock.recv_into(buffer[got : got + min(reader.length, len(buffer) - got)])
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SlowBody(f"request body too slow ({got} of {len(buffer)} bytes in time)")
+                sock.settimeout(left)
+            n = sock.recv_into(buffer[got : got + min(reader.length, len(buffer) - got)])
             if not n:
                 break
             reader.length -= n
             got += n
+    except TimeoutError:
+        body.failed = True
+        raise SlowBody(f"request body too slow ({got} of {len(buffer)} bytes in time)") from None
     except BaseException:
         body.failed = True  # where the next request starts is unknown: gunicorn closes the connection
         raise
+    finally:
+        sock.settimeout(previous)
     if got < len(buffer):
         body.failed = True
     return got

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 
 from blake3 import blake3
 
+from backend.swarm.chunker import DEFAULT_CHUNK_SIZE
 from backend.swarm.errors import InvalidReference
 
 ADDRESS_SIZE = 32
 KEY_SIZE = 32
 SPAN_SIZE = 8
 _SPAN = struct.Struct("<Q")
+# The largest chunk of the store's chunk size: 1 MiB + span. Peers refuse larger ones.
+MAX_CHUNK_BYTES = SPAN_SIZE + DEFAULT_CHUNK_SIZE
 
 
 def chunk_address(data: bytes | bytearray | memoryview) -> bytes:

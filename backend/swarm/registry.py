@@ -21,6 +21,7 @@ from typing import Protocol
 
 from eth_utils import is_address, to_checksum_address
 
+from backend.swarm.endpoints import EndpointRefused, check_url
 from backend.swarm.peers import Peer
 
 logger = logging.getLogger(__name__)
@@ -54,8 +55,10 @@ class LedgerPeerDirectory:
         ttl_s: float = 5.0,
         retry_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        allow_private: bool = False,
     ) -> None:
         self._read = read_members
+        self.allow_private = allow_private
         self.ttl_s = ttl_s
         self.retry_s = retry_s
         self._clock = clock
@@ -91,8 +94,21 @@ class LedgerPeerDirectory:
             logger.warning("node registry unavailable, keeping %d known peers: %s", len(self._peers), exc)
             self._next_read = self._clock() + self.retry_s
             return
-        self._peers = {p.address: p for p in (Peer(address, endpoint or "") for address, endpoint in members)}
+        peers = (Peer(address, self._dialable(address, endpoint or "")) for address, endpoint in members)
+        self._peers = {p.address: p for p in peers}
         self._next_read = self._clock() + self.ttl_s
+
+    def _dialable(self, address: str, endpoint: str) -> str:
+        """The endpoint, or "" for one this node will not dial (the member stays a member:
+        its signed requests are accepted, it just stores nothing of ours)."""
+        if not endpoint:
+            return ""
+        try:
+            check_url(endpoint, allow_private=self.allow_private)
+        except EndpointRefused as exc:
+            logger.warning("not dialling member %s: %s", address, exc)
+            return ""
+        return endpoint
 
 
 def mirrored_members() -> list[Member]:

@@ -17,19 +17,23 @@ from django.views.decorators.http import require_POST
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.parsers import FileUploadParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from backend.api.permissions import OperatorWrites
+from backend.api.uploads import BoundedMemoryUploadHandler
 from backend.swarm import factory
+from backend.swarm.client import MAX_HAS_ADDRESSES
 from backend.swarm.download import NetworkSource
-from backend.swarm.errors import InvalidReference, SignatureError, UnregisteredSigner
+from backend.swarm.errors import BlobTooLarge, InvalidReference, SignatureError, UnregisteredSigner
 from backend.swarm.joiner import blob_span
-from backend.swarm.receive import read_body
-from backend.swarm.reference import Reference
-from backend.swarm.signing import verify_request
+from backend.swarm.receive import SlowBody, abandon_body, read_body
+from backend.swarm.reference import ADDRESS_SIZE, MAX_CHUNK_BYTES, Reference
+from backend.swarm.replay import RATE_WINDOW_S
+from backend.swarm.signing import check_body, remember_nonce, verify_headers
 from backend.swarm.wire import (
     batch_digest,
     decode_addresses,
@@ -43,85 +47,148 @@ PeerView = Callable[[HttpRequest, memoryview], HttpResponse]
 
 
 # --- peer API ------------------------------------------------------------------------------
-def _body_length(request: HttpRequest) -> int:
+# Addresses one request may name: a fetch answers with up to that many chunks (64 MiB), a
+# scrub re-reads that many from disk; ``has`` only looks them up.
+MAX_FETCH_ADDRESSES = 64
+MAX_VERIFY_ADDRESSES = 256
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.headers = headers or {}
+
+
+def _body_length(request: HttpRequest, limit: int) -> int:
+    if request.META.get("HTTP_TRANSFER_ENCODING"):
+        raise _Refused(411, "peer requests need a Content-Length")
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
-        raise SignatureError("bad Content-Length") from None
-    if not 0 <= length <= settings.DEFL_SWARM_MAX_BATCH_BYTES:
-        raise SignatureError("request body too large")
+        raise _Refused(400, "bad Content-Length") from None
+    if length < 0:
+        raise _Refused(400, "bad Content-Length")
+    if length > limit:
+        raise _Refused(413, f"request body too large (at most {limit} bytes)")
     return length
 
 
+def _check_rate(signer: str) -> None:
+    """429 once a peer exceeds its requests or pushed bytes per minute (counted across processes)."""
+    usage = getattr(factory.nonce_cache(), "usage", None)
+    if usage is None:
+        return
+    used = usage(signer, RATE_WINDOW_S)
+    if used.requests > settings.DEFL_SWARM_PEER_REQUESTS_PER_MIN:
+        raise _Refused(429, "too many requests from this peer; retry later", {"Retry-After": "60"})
+    if used.bytes > settings.DEFL_SWARM_PEER_BYTES_PER_MIN:
+        raise _Refused(429, "this peer sent too many bytes; retry later", {"Retry-After": "60"})
+
+
 def peer_signed(
-    view: PeerView, digest: Callable[[memoryview], str] | None = None
+    view: PeerView, digest: Callable[[memoryview], str] | None = None, *, max_body: int | None = None
 ) -> Callable[[HttpRequest], HttpResponse]:
+    """Wrap a peer view: every check that needs no body first, then the body, then the view.
+
+    Length, signature, freshness, receiver, membership, replay and rate are decided from
+    the headers, so a stranger, a replay or an oversized request is refused before one
+    byte of its body is read, and its connection is closed rather than drained. The body
+    is then read with a deadline (a slow sender holds a thread for seconds, not forever)
+    and compared with the signed hash.
+    """
+
     @csrf_exempt
     @require_POST
     def wrapper(request: HttpRequest) -> HttpResponse:
+        body_read = False
         try:
-            length = _body_length(request)
+            length = _body_length(request, max_body or settings.DEFL_SWARM_MAX_BATCH_BYTES)
+            verified = verify_headers(
+                method=request.method or "POST",
+                path=request.get_full_path(),
+                headers=request.headers,
+                length=length,
+                receiver=factory.own_address(),
+                is_registered=factory.peer_directory().is_registered,
+                max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
+            )
+            remember_nonce(verified, factory.nonce_cache(), settings.DEFL_SWARM_CLOCK_SKEW_S, length)
+            _check_rate(verified.signer)
             # Not request.body: the body may exceed DATA_UPLOAD_MAX_MEMORY_SIZE, and
             # read_body skips the server's copies (receive.py). The view's response must
             # not refer to the body: its buffer is reused once the block ends.
-            with read_body(request, length) as body:
-                verify_request(
-                    method=request.method or "POST",
-                    path=request.get_full_path(),
-                    headers=request.headers,
-                    body=body,
-                    digest=digest(body) if digest else None,
-                    is_registered=factory.peer_directory().is_registered,
-                    nonces=factory.nonce_cache(),
-                    max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
-                )
+            with read_body(request, length, timeout_s=settings.DEFL_SWARM_BODY_TIMEOUT_S) as body:
+                body_read = True
+                check_body(verified, body, digest(body) if digest else None)
                 return view(request, body)
+        except _Refused as exc:
+            response = JsonResponse({"detail": str(exc)}, status=exc.status)
+            for name, value in exc.headers.items():
+                response[name] = value
+        except SlowBody as exc:
+            response = JsonResponse({"detail": str(exc)}, status=408)
         except ValueError as exc:  # a body cut short, a malformed batch or address list
-            return JsonResponse({"detail": str(exc)}, status=400)
+            response = JsonResponse({"detail": str(exc)}, status=400)
         except UnregisteredSigner as exc:
-            return JsonResponse({"detail": str(exc)}, status=403)
+            response = JsonResponse({"detail": str(exc)}, status=403)
         except SignatureError as exc:
-            return JsonResponse({"detail": str(exc)}, status=401)
+            response = JsonResponse({"detail": str(exc)}, status=401)
+        if not body_read:
+            abandon_body(request)
+        return response
 
     wrapper.__name__ = view.__name__
     return wrapper
+
+
+def _addresses(body: memoryview, limit: int) -> list[bytes]:
+    addresses = decode_addresses(body)
+    if len(addresses) > limit:
+        raise ValueError(f"at most {limit} addresses a request")
+    return addresses
 
 
 def _push(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Store a batch of chunks; answer with the addresses now held (bad chunks are left out).
 
     The store hashes every chunk against its address before writing it (verify=True):
-    the signature covers only the addresses (see signing.py).
+    the signature covers only the addresses (see signing.py). A chunk larger than any
+    chunk of a blob may be is left out too (the joiner would refuse it anyway): a peer
+    cannot park arbitrary blobs in this node's store.
     """
-    held = factory.local_store().put_many(list(decode_batch(body)), verify=True)
+    chunks = [(a, d) for a, d in decode_batch(body) if len(d) <= MAX_CHUNK_BYTES]
+    held = factory.local_store().put_many(chunks, verify=True)
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
 
 
 peer_push = peer_signed(_push, digest=batch_digest)
 
 
-@peer_signed
-def peer_fetch(request: HttpRequest, body: memoryview) -> HttpResponse:
+def _fetch(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Return the asked chunks this node holds (verified on read; corrupt copies are left out)."""
     transport = factory.local_transport()
-    found = transport.fetch(decode_addresses(body))
+    found = transport.fetch(_addresses(body, MAX_FETCH_ADDRESSES))
     return HttpResponse(encode_batch(found.items()), content_type="application/octet-stream")
 
 
-@peer_signed
-def peer_has(request: HttpRequest, body: memoryview) -> HttpResponse:
-    held = factory.local_store().has_many(decode_addresses(body))
+def _has(request: HttpRequest, body: memoryview) -> HttpResponse:
+    held = factory.local_store().has_many(_addresses(body, MAX_HAS_ADDRESSES))
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
 
 
-@peer_signed
-def peer_verify(request: HttpRequest, body: memoryview) -> HttpResponse:
+def _verify(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Scrub the asked copies (re-read, re-hash); answer with the good and the corrupt ones.
 
     Corrupt copies are quarantined, so the asking node (repairing) pushes good ones back.
     """
-    good, corrupt = factory.local_store().verify_many(decode_addresses(body))
+    good, corrupt = factory.local_store().verify_many(_addresses(body, MAX_VERIFY_ADDRESSES))
     return HttpResponse(encode_address_lists([good, corrupt]), content_type="application/octet-stream")
+
+
+peer_fetch = peer_signed(_fetch, max_body=MAX_FETCH_ADDRESSES * ADDRESS_SIZE)
+peer_has = peer_signed(_has, max_body=MAX_HAS_ADDRESSES * ADDRESS_SIZE)
+peer_verify = peer_signed(_verify, max_body=MAX_VERIFY_ADDRESSES * ADDRESS_SIZE)
 
 
 # --- user API ------------------------------------------------------------------------------
@@ -188,14 +255,51 @@ def _truthy(value: str | None) -> bool:
     return (value or "").lower() in {"1", "true", "yes", "on"}
 
 
+def _upload_length(request: Request) -> int:
+    """The upload's Content-Length, within this node's pinned-bytes quota (411 / 413 otherwise).
+
+    Every upload counts against the quota, pinned or not: its chunks land on other
+    organisations' disks either way.
+    """
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or -1)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise _UploadRefused(411, "an upload needs a Content-Length")
+    quota = settings.DEFL_SWARM_PIN_QUOTA_BYTES
+    pinned = factory.local_store().usage().pinned_bytes
+    if pinned + length > quota:
+        raise _UploadRefused(
+            413,
+            f"this upload ({length} bytes) would exceed the node's quota: {pinned} of {quota} bytes "
+            "are pinned (DEFL_SWARM_PIN_QUOTA_BYTES)",
+        )
+    return length
+
+
+class _UploadRefused(APIException):
+    def __init__(self, status_code: int, detail: str) -> None:
+        self.status_code = status_code
+        super().__init__(detail)
+
+
 class UploadView(APIView):
     """POST a file: the raw body (application/octet-stream, streamed) or a multipart ``file``.
 
     Query parameters: ``encrypt=1`` for an encrypted reference, ``pin=1`` to keep a full
-    copy on this node.
+    copy on this node. Operators only (its chunks go to other organisations' disks),
+    within the node's quota. A raw body streams through the pipeline chunk by chunk; a
+    multipart file is held in memory up to DEFL_MAX_UPLOAD_BYTES and never spooled to a
+    plaintext temp file.
     """
 
+    permission_classes = [OperatorWrites]
     parser_classes = [MultiPartParser, FileUploadParser]
+
+    def initial(self, request: Request, *args: object, **kwargs: object) -> None:
+        super().initial(request, *args, **kwargs)  # authentication and permissions first
+        request.upload_handlers = [BoundedMemoryUploadHandler(request)]
 
     @extend_schema(
         request={
@@ -213,6 +317,7 @@ class UploadView(APIView):
     def post(self, request: Request) -> Response:
         encrypt = _truthy(request.query_params.get("encrypt"))
         pin = _truthy(request.query_params.get("pin"))
+        _upload_length(request)
         if request.content_type.startswith("multipart/"):
             upload = request.data.get("file")
             if upload is None:
@@ -230,7 +335,12 @@ class UploadView(APIView):
 
 
 class DownloadView(APIView):
-    """GET a blob by reference, streamed (the blob is never held in memory)."""
+    """GET a blob by reference, streamed (the blob is never held in memory).
+
+    At most DEFL_SWARM_MAX_BLOB_BYTES: a larger root is refused before any other chunk.
+    """
+
+    permission_classes = [OperatorWrites]
 
     @extend_schema(
         parameters=[_REFERENCE],
@@ -241,10 +351,15 @@ class DownloadView(APIView):
     def get(self, request: Request, reference: str) -> StreamingHttpResponse:
         ref = _parse_ref(reference)
         swarm = factory.node_swarm()
-        size = blob_span(ref, NetworkSource(swarm.network))  # a missing root fails here, as a 404
+        limit = settings.DEFL_SWARM_MAX_BLOB_BYTES
+        size = blob_span(
+            ref, NetworkSource(swarm.network), chunk_size=swarm.chunk_size
+        )  # a missing root: 404
+        if size > limit:
+            raise BlobTooLarge(size, limit)
 
         def chunks() -> Iterator[bytes]:
-            for piece in swarm.open(ref):
+            for piece in swarm.open(ref, max_bytes=limit):
                 yield bytes(piece)
 
         response = StreamingHttpResponse(chunks(), content_type="application/octet-stream")
@@ -256,14 +371,19 @@ class DownloadView(APIView):
 class StatView(APIView):
     """GET a blob's size, chunk count and whether it is encrypted or pinned here."""
 
+    permission_classes = [OperatorWrites]
+
     @extend_schema(parameters=[_REFERENCE], responses=BlobStatSerializer)
     def get(self, request: Request, reference: str) -> Response:
-        stat = factory.node_swarm().stat(_parse_ref(reference))
+        limit = settings.DEFL_SWARM_MAX_BLOB_BYTES
+        stat = factory.node_swarm().stat(_parse_ref(reference), max_bytes=limit)
         return Response(BlobStatSerializer(stat.__dict__).data)
 
 
 class NodeStatView(APIView):
     """GET this node's store usage (for the dashboard) and the nodes it replicates to."""
+
+    permission_classes = [OperatorWrites]
 
     @extend_schema(responses=NodeStatSerializer)
     def get(self, request: Request) -> Response:

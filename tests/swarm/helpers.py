@@ -32,3 +32,19 @@ def local_network(tmp: Path, count: int, *, replication: int = 3) -> tuple[Netwo
         stores.append(store)
         nodes.append(Node(Peer(Account.create().address, ""), LocalTransport(store), local=i == 0))
     return Network(nodes, replication=replication, threads=4), stores
+
+
+def operator_token(node, username: str = "operator", role: str = "operator") -> str:
+    """Create a user with ``role`` in ``node``'s (migrated) database; return its API token.
+
+    Call before ``prepare_nodes`` copies the first node's database to the others, so the
+    same token works on every node.
+    """
+    code = (
+        "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+        "from backend.nodes.models import Profile; "
+        f"u, _ = get_user_model().objects.get_or_create(username={username!r}); "
+        f"Profile.objects.update_or_create(user=u, defaults={{'role': {role!r}}}); "
+        "print(Token.objects.get_or_create(user=u)[0].key)"
+    )
+    return node.manage("shell", "-c", code).stdout.strip().splitlines()[-1]

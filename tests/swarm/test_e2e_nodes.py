@@ -19,6 +19,7 @@ from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_al
 from backend.swarm.placement import overlay_address, xor_distance
 from backend.swarm.reference import is_valid_chunk
 from backend.swarm.signing import RequestSigner
+from tests.swarm.helpers import operator_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("swarm-e2e")]
 
@@ -29,7 +30,9 @@ BLOB_MB = 50
 def cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("swarm-nodes")
     nodes = [NodeProcess(base / name) for name in "ABCD"]
-    token = prepare_nodes(nodes, users=["tester"], replication=3)["tester"]
+    nodes[0].migrate()
+    token = operator_token(nodes[0])  # blob writes are for operators
+    prepare_nodes(nodes, replication=3)
     start_all(nodes)
     tokens = {n.address: token for n in nodes}
     blob = base / "blob.bin"
@@ -194,10 +197,14 @@ def test_unsigned_unregistered_and_replayed_peer_requests_are_refused(cluster):
     assert unsigned.status_code == 401
 
     stranger = RequestSigner(os.urandom(32))
-    unregistered = requests.post(url, data=body, headers=stranger.headers("POST", path, body), timeout=10)
+    unregistered = requests.post(
+        url, data=body, headers=stranger.headers("POST", path, body, receiver=a.address), timeout=10
+    )
     assert unregistered.status_code == 403
 
-    headers = RequestSigner(bytes.fromhex(b.private_key.removeprefix("0x"))).headers("POST", path, body)
+    headers = RequestSigner(bytes.fromhex(b.private_key.removeprefix("0x"))).headers(
+        "POST", path, body, receiver=a.address
+    )
     assert requests.post(url, data=body, headers=headers, timeout=10).status_code == 200
     replayed = requests.post(url, data=body, headers=headers, timeout=10)
     assert replayed.status_code == 401 and "replayed" in replayed.json()["detail"]

@@ -21,7 +21,7 @@ def put(data: bytes, *, encrypt: bool = False, chunk_size: int = SIZE) -> tuple[
 
 
 def read(ref: Reference, sink: ListSink) -> bytes:
-    return b"".join(bytes(p) for p in join(ref, sink))
+    return b"".join(bytes(p) for p in join(ref, sink, max_bytes=1 << 40, chunk_size=SIZE))
 
 
 LENGTHS = [0, 1, SIZE - 1, SIZE, SIZE + 1, SIZE * 128, SIZE * 128 + 1, SIZE * 129, SIZE * 128 * 2 + 7]

@@ -15,6 +15,7 @@ from backend.swarm.peers import StaticPeerDirectory
 from backend.swarm.registry import LedgerPeerDirectory, chain_members
 from backend.swarm.signing import RequestSigner
 
+RECEIVER = "0x" + "ab" * 20
 ENDPOINTS = ["http://a.test:8000", "http://b.test:8000", "http://c.test:8000"]
 HAS_PATH = "/api/swarm/peer/has"
 
@@ -44,6 +45,7 @@ def on_chain(chain, settings, monkeypatch, tmp_path):
     settings.DEFL_SWARM_FSYNC = False
     monkeypatch.setattr(ledger_access, "node_ledger", lambda: chain["ledgers"][0])
     monkeypatch.setattr(factory, "REGISTRY_TTL_S", 0.0)
+    monkeypatch.setattr(factory, "own_address", lambda: RECEIVER)  # this node, the requests' receiver
     for cached in (factory.peer_directory, factory.local_store, factory.nonce_cache):
         cached.cache_clear()
     yield chain
@@ -53,7 +55,9 @@ def on_chain(chain, settings, monkeypatch, tmp_path):
 
 def _signed_has(account) -> int:
     body = bytes(32)
-    headers = RequestSigner(bytes(account.key)).headers("POST", HAS_PATH, body)
+    headers = RequestSigner(bytes(account.key)).headers(
+        "POST", HAS_PATH, body, receiver=factory.own_address()
+    )
     response = Client().post(HAS_PATH, data=body, content_type="application/octet-stream", headers=headers)
     return response.status_code
 

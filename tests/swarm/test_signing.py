@@ -8,14 +8,16 @@ from backend.swarm.signing import MemoryNonceCache, RequestSigner, verify_reques
 
 NODE = Account.create()
 STRANGER = Account.create()
+RECEIVER = Account.create().address
 
 
-def verify(headers, *, body=b"body", path="/api/swarm/peer/has", nonces=None, now=None):
+def verify(headers, *, body=b"body", path="/api/swarm/peer/has", nonces=None, now=None, receiver=RECEIVER):
     return verify_request(
         method="POST",
         path=path,
         headers=headers,
         body=body,
+        receiver=receiver,
         is_registered=lambda a: a == NODE.address,
         nonces=nonces or MemoryNonceCache(),
         max_skew_s=60,
@@ -24,7 +26,7 @@ def verify(headers, *, body=b"body", path="/api/swarm/peer/has", nonces=None, no
 
 
 def signed(account=NODE, body=b"body", path="/api/swarm/peer/has", now=None):
-    return RequestSigner(bytes(account.key)).headers("POST", path, body, now=now)
+    return RequestSigner(bytes(account.key)).headers("POST", path, body, receiver=RECEIVER, now=now)
 
 
 def test_valid_request_names_its_signer():
@@ -69,9 +71,11 @@ def test_a_signed_batch_binds_its_chunks_through_their_addresses():
 
     data = b"chunk data"
     body = encode_batch([(chunk_address(data), data)])
-    headers = RequestSigner(bytes(NODE.key)).headers("POST", "/p", body, digest=batch_digest(body))
+    headers = RequestSigner(bytes(NODE.key)).headers(
+        "POST", "/p", body, receiver=RECEIVER, digest=batch_digest(body)
+    )
     ok = verify_request(
-        method="POST", path="/p", headers=headers, body=body, digest=batch_digest(body),
+        method="POST", path="/p", headers=headers, body=body, digest=batch_digest(body), receiver=RECEIVER,
         is_registered=lambda a: True, nonces=MemoryNonceCache(), max_skew_s=60,
     )  # fmt: skip
     assert ok.signer == NODE.address
@@ -92,3 +96,30 @@ def test_a_batch_sent_in_pieces_is_the_encoded_batch_with_the_same_digest():
     body = encode_batch(chunks)
     assert b"".join(pieces) == body and len(pieces) == len(body)
     assert pieces.digest() == batch_digest(body)
+
+
+def test_a_request_is_signed_for_one_receiver():
+    headers = signed()
+    with pytest.raises(SignatureError, match="another node"):
+        verify(headers, receiver=Account.create().address)
+    # Rewriting the receiver header to the new node's address breaks the signature.
+    other = Account.create().address
+    headers["X-Swarm-Receiver"] = other
+    with pytest.raises(SignatureError, match="claimed"):
+        verify(headers, receiver=other)
+
+
+def test_the_signed_length_and_body_hash_are_checked():
+    from backend.swarm.signing import check_body, verify_headers
+
+    headers = signed(body=b"body")
+    common = dict(
+        method="POST", path="/api/swarm/peer/has", headers=headers, receiver=RECEIVER,
+        is_registered=lambda a: True, max_skew_s=60,
+    )  # fmt: skip
+    with pytest.raises(SignatureError):
+        verify_headers(length=5, **common)  # a different Content-Length than signed
+    verified = verify_headers(length=4, **common)  # decided before any body byte is read
+    check_body(verified, b"body")
+    with pytest.raises(SignatureError, match="does not match"):
+        check_body(verified, b"bodY")

@@ -28,13 +28,15 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
     if key in _results:
         return _results[key]
     reference, model_hash = state.base_model(job, round_)
-    _, global_state, server_state = workspace.global_model(ctx, reference, model_hash)
+    _, global_state, server_state = workspace.global_model(ctx, reference, model_hash, config)
     accepted = list(job.accepted.filter(round=round_).order_by("position").values_list("trainer", flat=True))
     updates = {u.trainer: u for u in job.updates.filter(round=round_, trainer__in=accepted)}
     if len(updates) != len(accepted):
         raise ActionError("accepted updates are not all indexed yet")
+    bound = blobs.update_max_bytes(global_state)
     fetched = [
-        (updates[t], blobs.get_checked(ctx, updates[t].reference, updates[t].content_hash)) for t in accepted
+        (updates[t], blobs.get_checked(ctx, updates[t].reference, updates[t].content_hash, max_bytes=bound))
+        for t in accepted
     ]
     with timing.part(timing.AGGREGATE):
         spec = update_spec(global_state)

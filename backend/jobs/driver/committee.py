@@ -82,13 +82,14 @@ def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict) -
         dataset = state.my_dataset(job, ctx.address)
         _, val = workspace.local_split(dataset, config)
         reference, model_hash = state.base_model(job, round_)
-        _, global_state, _ = workspace.global_model(ctx, reference, model_hash)
+        _, global_state, _ = workspace.global_model(ctx, reference, model_hash, config)
+        bound = blobs.update_max_bytes(global_state)
         scratch = workspace.scratch_model(config)
         x_val, y_val = val.tensors()
     for update in new:
         key = (update.trainer, update.content_hash)
         try:
-            blob = blobs.get_checked(ctx, update.reference, update.content_hash)
+            blob = blobs.get_checked(ctx, update.reference, update.content_hash, max_bytes=bound)
         except (blobs.BlobMismatch, SwarmError, ValueError):
             known[key] = 0  # unavailable or altered: nobody can aggregate it either
             continue

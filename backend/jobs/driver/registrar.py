@@ -17,7 +17,7 @@ from fl_node.train import evaluate
 
 def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
     fixed = job.global_models.get(round=round_)
-    data, _, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
+    data, _, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash, config)
     register_global_model(
         job=job.job_id,
         round=round_,
@@ -35,7 +35,7 @@ def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outc
 
 def measure_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
     fixed = job.global_models.get(round=round_)
-    _, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash)
+    _, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash, config)
     dataset = state.my_dataset(job, ctx.address)
     _, val = workspace.local_split(dataset, config)
     model = workspace.scratch_model(config)

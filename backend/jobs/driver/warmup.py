@@ -69,7 +69,7 @@ def warm(ctx, job: mirror.Job) -> None:
 
     config = config_of(job_record(ctx, job.job_id))
     train, _ = workspace.local_split(state.my_dataset(job, ctx.address), config)
-    _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash)
+    _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash, config)
     workspace.scratch_model(config)
     train_config = config.train_config(seed=0)  # the calibration does not depend on the seed
     if train_config.private:

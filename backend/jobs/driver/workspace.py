@@ -73,13 +73,19 @@ def remember_model(model_hash: str, data: bytes) -> tuple[bytes, dict, dict]:
     return _models.put(model_hash.removeprefix("0x"), (data, state, server))
 
 
-def global_model(ctx, reference: str, model_hash: str) -> tuple[bytes, dict[str, torch.Tensor], dict]:
-    """(bytes, state, server_state) of a global model, fetched and checked once per process."""
+def global_model(
+    ctx, reference: str, model_hash: str, config: JobConfig | None = None
+) -> tuple[bytes, dict[str, torch.Tensor], dict]:
+    """(bytes, state, server_state) of a global model, fetched and checked once per process.
+
+    With the job's ``config`` the read accepts at most what its architecture encodes to.
+    """
     key = model_hash.removeprefix("0x")
     cached = _models.get(key)
     if cached is not None:
         return cached
-    return remember_model(key, blobs.get_checked(ctx, reference, key))
+    bound = blobs.model_max_bytes(scratch_model(config).state_dict()) if config else blobs.DEFAULT_MAX_BYTES
+    return remember_model(key, blobs.get_checked(ctx, reference, key, max_bytes=bound))
 
 
 def scratch_model(config: JobConfig) -> torch.nn.Module:

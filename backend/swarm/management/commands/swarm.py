@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -75,11 +76,12 @@ class Command(BaseCommand):
 
     def do_get(self, reference: str, out: str, **_):
         swarm = factory.node_swarm()
-        size = swarm.stat(reference).size
+        limit = settings.DEFL_SWARM_MAX_BLOB_BYTES
+        size = swarm.stat(reference, max_bytes=limit).size
         tmp = f"{out}.part"
         with _bar() as bar:
             task = bar.add_task("download", total=size)
-            swarm.get(reference, tmp, progress=lambda d: bar.update(task, completed=d))
+            swarm.get(reference, tmp, max_bytes=limit, progress=lambda d: bar.update(task, completed=d))
         os.replace(tmp, out)
         stats = swarm.last_fetch_stats
         if stats.corrupt or stats.missing:
@@ -88,7 +90,7 @@ class Command(BaseCommand):
     def do_stat(self, reference: str | None, **_):
         swarm = factory.node_swarm()
         if reference:
-            body = swarm.stat(reference).__dict__
+            body = swarm.stat(reference, max_bytes=settings.DEFL_SWARM_MAX_BLOB_BYTES).__dict__
         else:
             stat = swarm.node_stat()
             body = {**stat.__dict__, "usage": stat.usage.__dict__}
