@@ -108,7 +108,7 @@ def privacy_payload(job: mirror.Job, config: dict, node: str) -> dict:
             row = mirror.PrivacySpend.objects.filter(
                 dataset__dataset_id=participant.dataset_id, job_id=job.job_id
             ).first()
-            spent = row.spent / MICRO_EPSILON if row else 0.0
+            spent = int(row.spent) / MICRO_EPSILON if row else 0.0
             figures = {"epsilon_spent": spent, "epsilon_reserved": 0.0, "source": "chain"}
         participants.append({"node": participant.node, "dataset": participant.dataset_id, **figures})
     return {

@@ -62,7 +62,7 @@ def test_create_job_puts_config_and_initial_model_on_chain(pair, operator_client
     assert job["input_shape"] == [1, 8, 8] and job["num_classes"] == 10
     state = node.ctx.ledger.fl.get_job(job["id"])
     # The config hash on chain is the swarm reference of the canonical config: fetchable by anyone.
-    config = JobConfig.from_bytes(node.ctx.swarm.read(bytes(state.config_hash).hex()))
+    config = JobConfig.from_bytes(node.ctx.swarm.read(bytes(state.config_hash).hex(), max_bytes=1 << 20))
     assert config.name == "digits-dp" and config.schema_hash == datasets[0].schema_hash
     # The initial model is create_model(seed from the config), encoded canonically.
     initial = encode_model(config.build_model().state_dict())
@@ -136,3 +136,93 @@ def test_a_config_from_another_node_cannot_name_an_importable_model():
     with pytest.raises(ConfigError) as error:
         JobConfig.from_dict(config)
     assert error.value.field == "model"
+
+
+def test_join_refuses_a_delta_too_large_for_the_dataset(pair, operator_client, monkeypatch):
+    nodes, datasets = pair
+    dp = {"mode": "sgd", "target_epsilon": 20.0, "delta": 1e-3, "max_grad_norm": 1.0}
+    with acting_as(nodes[0], monkeypatch):
+        job = operator_client.post("/api/jobs", job_request(datasets[0].pk, dp=dp), format="json").json()
+        response = operator_client.post(
+            f"/api/jobs/{job['id']}/join", {"dataset": datasets[0].pk}, format="json"
+        )
+    assert response.status_code == 400, response.content
+    assert "1/(10·n)" in response.json()["detail"] and response.json()["errors"]["dataset"]
+    assert not nodes[0].ctx.ledger.fl.get_participant(job["id"], nodes[0].ctx.address).joined
+
+
+def test_the_job_and_its_rounds_show_honest_privacy(pair, operator_client, viewer_client, monkeypatch):
+    from backend.datasets import budget
+    from backend.datasets.models import Dataset
+    from backend.ledger import models as mirror
+    from fl_node.privacy import ReleasePlan
+
+    nodes, datasets = pair
+    Dataset.objects.filter(pk=datasets[1].pk).update(epsilon_cap=50.0)
+    with acting_as(nodes[0], monkeypatch):
+        job = operator_client.post("/api/jobs", job_request(datasets[0].pk), format="json").json()
+    for node, dataset in zip(nodes, datasets, strict=True):
+        with acting_as(node, monkeypatch):
+            joined = operator_client.post(
+                f"/api/jobs/{job['id']}/join", {"dataset": dataset.pk}, format="json"
+            )
+            assert joined.status_code == 200, joined.content
+
+    train = ReleasePlan("dp_sgd", noise_multiplier=1.2, sample_rate=0.04, steps=75)
+    released = budget.reserve_release(datasets[0], job["id"], 1, train)
+    budget.mark_released(datasets[0], job["id"], 1, "dp_sgd")
+    reserved = budget.reserve_release(datasets[0], job["id"], 2, train)  # round 2 not published yet
+    # The other member's spend as the chain's mirror records it (micro-epsilon).
+    other = mirror.Dataset.objects.get(dataset_id=int(datasets[1].onchain_id))
+    mirror.PrivacySpend.objects.create(dataset=other, job_id=job["id"], spent=1_500_000)
+    round_one = mirror.Job.objects.get(job_id=job["id"]).rounds_set.create(
+        number=1,
+        status="done",
+        base_model_hash="0x" + "00" * 32,
+        update_deadline=1,
+        score_deadline=2,
+        opened_block=1,
+    )
+    assert round_one.number == 1
+
+    with acting_as(nodes[0], monkeypatch):
+        privacy = viewer_client.get(f"/api/jobs/{job['id']}").json()["privacy"]
+        rounds = viewer_client.get(f"/api/jobs/{job['id']}/rounds").json()
+    assert privacy["target_epsilon"] == 20.0 and privacy["delta"] == 1e-5
+    by_node = {p["node"]: p for p in privacy["participants"]}
+    mine, theirs = by_node[nodes[0].ctx.address], by_node[nodes[1].ctx.address]
+    assert mine["source"] == "local" and theirs["source"] == "chain"
+    assert mine["dataset"] == int(datasets[0].onchain_id)
+    assert mine["epsilon_spent"] == pytest.approx(released.epsilon)  # round 1 only: round 2 is reserved
+    assert mine["epsilon_reserved"] == pytest.approx(reserved.epsilon - released.epsilon)
+    assert theirs == {
+        "node": nodes[1].ctx.address,
+        "dataset": int(datasets[1].onchain_id),
+        "epsilon_spent": 1.5,
+        "epsilon_reserved": 0.0,
+        "source": "chain",
+    }
+    assert privacy["epsilon_max"] == pytest.approx(max(1.5, released.epsilon))
+    assert privacy["final"] is False  # the job runs, and round 2 is still reserved
+
+    assert [r["round"] for r in rounds] == [1]
+    assert rounds[0]["privacy"] == [
+        {
+            "kind": "dp_sgd",
+            "noise_multiplier": 1.2,
+            "sample_rate": 0.04,
+            "steps": 75,
+            "delta": 1e-5,
+            "epsilon_after": pytest.approx(released.epsilon),
+            "status": "released",
+        }
+    ]
+
+    # The job ends: still not final while this node's round-2 release is reserved.
+    mirror.Job.objects.filter(job_id=job["id"]).update(status="finished")
+    with acting_as(nodes[0], monkeypatch):
+        assert viewer_client.get(f"/api/jobs/{job['id']}").json()["privacy"]["final"] is False
+        budget.mark_withheld(datasets[0], job["id"], 2, "dp_sgd")
+        privacy = viewer_client.get(f"/api/jobs/{job['id']}").json()["privacy"]
+    assert privacy["final"] is True
+    assert privacy["participants"][0]["epsilon_reserved"] == 0.0
