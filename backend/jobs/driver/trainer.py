@@ -130,7 +130,7 @@ def _base_model(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[s
             raise
         model_hash, data = aggregator.aggregate(ctx, job, config, round_ - 1)
         return model_hash, workspace.remember_model(model_hash, data)[1], True
-    return model_hash, workspace.global_model(ctx, reference, model_hash)[1], False
+    return model_hash, workspace.global_model(ctx, reference, model_hash, config)[1], False
 
 
 def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> _Trained:
