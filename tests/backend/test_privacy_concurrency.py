@@ -1,0 +1,77 @@
+"""Charges that race for the last of a budget: the group's row lock lets exactly one through.
+
+Real transactions on the configured database (SQLite by default; MariaDB with DATABASE_URL),
+each charge on its own thread and connection, all released at once by a barrier.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from backend.api.errors import BudgetExceeded
+from backend.datasets import budget
+from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
+from fl_node.privacy import PrivacyHistory, ReleasePlan, rdp_epsilon
+
+TRAIN = ReleasePlan("dp_sgd", noise_multiplier=1.1, sample_rate=0.05, steps=60)
+DELTA = 1e-5
+RACERS = 4
+
+
+def _epsilon(times: int) -> float:
+    history = PrivacyHistory()
+    for _ in range(times):
+        history.record(
+            noise_multiplier=TRAIN.noise_multiplier, sample_rate=TRAIN.sample_rate, steps=TRAIN.steps
+        )
+    return rdp_epsilon(history, delta=DELTA)
+
+
+def _dataset(name: str, content: str, group: BudgetGroup, cap: float) -> Dataset:
+    return Dataset.objects.create(
+        name=name,
+        format="npz",
+        num_samples=1000,
+        feature_shape=[4],
+        num_features=4,
+        classes=["a", "b"],
+        schema_hash="0" * 64,
+        content_hash=content * 64,
+        size_bytes=1,
+        encrypted_reference="",
+        status="stored",
+        epsilon_cap=cap,
+        delta=DELTA,
+        budget_group=group,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_charges_on_two_members_of_one_group_pass_the_cap_once():
+    group = BudgetGroup.objects.create()
+    cap = (_epsilon(1) + _epsilon(2)) / 2  # room for one release, not two
+    members = [_dataset("a", "a", group, cap), _dataset("b", "b", group, cap)]
+    barrier = threading.Barrier(RACERS)
+    outcomes: list[str] = []
+
+    def charge(i: int) -> None:
+        try:
+            barrier.wait()
+            budget.reserve_release(members[i % 2], i, 1, TRAIN)
+            outcomes.append("charged")
+        except BudgetExceeded:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=charge, args=(i,)) for i in range(RACERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["charged"] + ["refused"] * (RACERS - 1)
+    assert PrivacyRelease.objects.count() == 1
+    assert budget.budget_summary(members[1])["epsilon_reserved"] == pytest.approx(_epsilon(1))
