@@ -5,8 +5,14 @@ references and hashes go on chain, so the gas must be the same. A whole round is
 every member's scores (the last member's scores finalize the round in the same transaction:
 ``submit_scores_finalizing``) and the global model's proposal and confirmation. Round 2 ends on
 its score deadline with a member silent, to measure the separate ``finalizeRound`` of that path
-(``finalize_round_deadline``, not part of the round figure). Then the transactions per second
-that backend.ledger sustains against anvil with automine (4 threads, one key).
+(``finalize_round_deadline``, not part of the round figure). The job plans DP
+(``maxSpendPerRound`` > 0), so every trainer records its privacy spend (``spendPrivacy``) before
+its update, which ``submitUpdate`` checks, and every member records its score release; the
+spends are reported apart (``spend_privacy_gas``: the worst, a dataset's and a job's first spend;
+``spend_privacy_round2_gas``: a later round's). ``round_gas_10_trainers`` is the round's protocol
+transactions (the goal's figure); ``round_gas_10_trainers_with_spends`` adds the 13 spends of a
+job with DP. Then the transactions per second that backend.ledger sustains against anvil with
+automine (4 threads, one key).
 Run from the repository root: .venv/bin/python bench/gas.py   (last line: JSON)
 """
 
@@ -33,6 +39,8 @@ from backend.ledger.resources import JobSpec  # noqa: E402
 
 TRAINERS, COMMITTEE = 10, 3
 GOAL_SUBMIT_UPDATE, GOAL_ROUND = 80_000, 2_500_000
+SPEND = 250_000  # micro-epsilon per release (epsilon 0.25); the plan allows up to MAX_SPEND
+MAX_SPEND = 1_000_000
 
 
 def model_reference(size: int, seed: int) -> tuple[bytes, bytes]:
@@ -72,16 +80,26 @@ def run_job(anvil: AnvilProcess, model_size: int) -> dict[str, int]:
                 record("vote_admission", voter.nodes.vote_admission(account.address))
     for i, ledger in enumerate(ledgers):
         receipt = ledger.client.transact(
-            ledger.data.encode(
-                "registerDataset", bytes([i + 1]) * 32, bytes([i + 2]) * 32, b"\x05" * 32, 1000, 10**7
-            )
+            ledger.data.register_call(bytes([i + 1]) * 32, bytes([i + 2]) * 32, b"\x05" * 32, 1000, 10**7)
         )
         record("register_dataset", receipt)
     record("grant", ledgers[0].data.grant(1, ledgers[1].client.address, os.urandom(113)))
 
     model_ref, model_hash = model_reference(model_size, 0)
     now = w3.eth.get_block("latest")["timestamp"]
-    spec = JobSpec(b"\x01" * 32, model_ref, model_hash, 2, COMMITTEE, 5, TRAINERS, now + 3600, 3600, 3600)
+    spec = JobSpec(
+        b"\x01" * 32,
+        model_ref,
+        model_hash,
+        2,
+        COMMITTEE,
+        5,
+        TRAINERS,
+        now + 3600,
+        3600,
+        3600,
+        max_spend_per_round=MAX_SPEND,
+    )
     receipt = record(
         "propose_job", ledgers[0].client.transact(ledgers[0].fl.encode("proposeJob", spec.as_abi()))
     )
@@ -91,12 +109,15 @@ def run_job(anvil: AnvilProcess, model_size: int) -> dict[str, int]:
     committee = [ledgers[i].client.address for i in range(COMMITTEE)]
     record("start_job", ledgers[0].fl.start_job(job, committee))
 
-    round_gas = 0
+    round_gas = spend_gas = 0
     trainers = ledgers[COMMITTEE:]
     for k, ledger in enumerate(trainers):
         ref, content = model_reference(model_size, k + 1)
+        spend_gas += record("spend_privacy", ledger.fl.spend_privacy(job, 1, SPEND)).gas_used
         round_gas += record("submit_update", ledger.fl.submit_update(job, 1, ref, content, 600)).gas_used
     for m in range(COMMITTEE):
+        # a member's DP score release is charged like a trainer's update
+        spend_gas += record("spend_privacy", ledgers[m].fl.spend_privacy(job, 1, SPEND // 10)).gas_used
         scores = {t.client.address: 5000 + 97 * k + m for k, t in enumerate(trainers)}
         # the last member's scores complete the set: that transaction finalizes the round too
         name = "submit_scores_finalizing" if m == COMMITTEE - 1 else "submit_scores"
@@ -116,29 +137,37 @@ def run_job(anvil: AnvilProcess, model_size: int) -> dict[str, int]:
         "confirm_global_model", by_address[elected[1]].fl.confirm_global_model(job, 1, global_hash)
     ).gas_used
 
-    receipt = finalize_on_deadline(anvil, job, ledgers, [by_address[a] for a in elected], model_size)
+    receipt, spends = finalize_on_deadline(anvil, job, ledgers, [by_address[a] for a in elected], model_size)
     record("finalize_round_deadline", receipt)
+    for spend in spends:
+        record("spend_privacy_round2", spend)
 
     figures = {f"{name}_gas": max(values) for name, values in gas.items()}
     figures["submit_update_gas_mean"] = round(mean(gas["submit_update"]))
+    # The round's protocol transactions as before the spends existed (the goal's figure), and with
+    # the 13 privacy spends (10 updates, 3 score releases) that a job with DP adds.
     figures["round_gas_10_trainers"] = round_gas
+    figures["round_gas_10_trainers_with_spends"] = round_gas + spend_gas
     return figures
 
 
 def finalize_on_deadline(anvil: AnvilProcess, job: int, ledgers, committee, model_size: int):
     """Round 2: every update, all members but one score, the score deadline passes: the receipt
     of the finalizeRound that then closes the round (its updates and scores are not recorded,
-    so that the per-operation figures stay those of round 1)."""
+    so that the per-operation figures stay those of round 1) and the receipts of the trainers'
+    round-2 spends (a participant's, a dataset's and a job's spend after its first)."""
     trainers = [lg for lg in ledgers if lg not in committee]
+    spends = []
     for k, ledger in enumerate(trainers):
         ref, content = model_reference(model_size, k + 101)
+        spends.append(ledger.fl.spend_privacy(job, 2, SPEND))
         ledger.fl.submit_update(job, 2, ref, content, 600)
     for m, member in enumerate(committee[:-1]):
         member.fl.submit_scores(job, 2, {t.client.address: 5000 + 97 * k + m for k, t in enumerate(trainers)})
     anvil.increase_time(2 * 3600 + 1)  # past the score deadline (train and score periods: 1 h each)
     receipt = ledgers[0].fl.finalize_round(job, 2)
     receipt.event("RoundFinalized")  # KeyError if the round did not finalize
-    return receipt
+    return receipt, spends
 
 
 def throughput(anvil: AnvilProcess, threads: int = 4, per_thread: int = 50) -> float:
@@ -177,8 +206,11 @@ def main() -> None:
         f"gas independent of model size: {same} (largest difference {diff} gas: zero bytes in hashes cost 4 gas, others 16)"
     )
     print(
-        f"submitUpdate <= {GOAL_SUBMIT_UPDATE:,}: {small['submit_update_gas'] <= GOAL_SUBMIT_UPDATE}; "
-        f"round <= {GOAL_ROUND:,}: {small['round_gas_10_trainers'] <= GOAL_ROUND}"
+        f"submitUpdate (with its spend check) <= {GOAL_SUBMIT_UPDATE:,}: "
+        f"{small['submit_update_gas'] <= GOAL_SUBMIT_UPDATE}; spendPrivacy {small['spend_privacy_gas']:,} "
+        f"(first of a dataset and job), {small['spend_privacy_round2_gas']:,} (later rounds); "
+        f"round <= {GOAL_ROUND:,}: {small['round_gas_10_trainers'] <= GOAL_ROUND} "
+        f"({small['round_gas_10_trainers_with_spends']:,} with the 13 spends of a job with DP)"
     )
     print(f"ledger throughput against anvil (automine, 4 threads, one key): {tps:.1f} tx/s")
     result = dict(

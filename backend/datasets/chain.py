@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 MICRO_EPSILON = 1_000_000  # DataRegistry counts privacy in micro-epsilon (uint64)
+MAX_EPSILON_CAP = 100.0  # DataRegistry.MAX_PRIVACY_CAP / MICRO_EPSILON: a larger cap is refused on chain
 _NODE_STATUS_NONE = 0
 
 
@@ -33,20 +34,33 @@ class Registration:
 
 
 def register_dataset(
-    *, content_hash: str, swarm_root: bytes, schema_hash: str, samples: int, epsilon_cap: float
+    *,
+    content_hash: str,
+    swarm_root: bytes,
+    schema_hash: str,
+    samples: int,
+    epsilon_cap: float,
+    public_holdout_hash: str | None = None,
 ) -> Registration | None:
+    """DataRegistry.registerDataset; None (skipped) without a ledger.
+
+    ``public_holdout_hash`` (hex): the hold-out split this dataset declares public (committee
+    scores on it carry no noise), recorded on chain for everyone to see; None when none. Records
+    already registered (the same content hash) raise ``ledger_errors.DuplicateDataset`` with the
+    existing id in ``args_["existingId"]``.
+    """
     ledger = ledger_access.node_ledger()
     if ledger is None:
         return None
     # Encoded and sent here rather than through DataRegistry.register_dataset, which returns
     # only the id: the API shows the transaction hash too.
-    call = ledger.data.encode(
-        "registerDataset",
-        bytes.fromhex(content_hash),
+    call = ledger.data.register_call(
+        bytes.fromhex(content_hash.removeprefix("0x")),
         swarm_root,
-        bytes.fromhex(schema_hash),
+        bytes.fromhex(schema_hash.removeprefix("0x")),
         samples,
         round(epsilon_cap * MICRO_EPSILON),
+        bytes.fromhex(public_holdout_hash.removeprefix("0x")) if public_holdout_hash else b"\x00" * 32,
     )
     receipt = ledger.client.transact(call)
     dataset_id = receipt.event("DatasetRegistered").args["datasetId"]
@@ -61,12 +75,13 @@ def revoke(onchain_id: str, grantee: str) -> str:
     return ledger_access.require_ledger().data.revoke(int(onchain_id), grantee).tx_hash
 
 
-def spend_privacy(onchain_id: str, job: str | int, micro_epsilon: int) -> str | None:
-    """DataRegistry.spendPrivacy; None (skipped) without a ledger."""
+def spend_privacy(job: str | int, round_: int, micro_epsilon: int) -> str | None:
+    """FederatedLearning.spendPrivacy: this node's release in ``round_`` of ``job``, counted on chain
+    against the dataset it joined the job with; None (skipped) without a ledger."""
     ledger = ledger_access.node_ledger()
     if ledger is None:
         return None
-    return ledger.data.spend_privacy(int(onchain_id), int(job), micro_epsilon).tx_hash
+    return ledger.fl.spend_privacy(int(job), int(round_), micro_epsilon).tx_hash
 
 
 def node_public_key(address: str) -> bytes | None:

@@ -6,6 +6,7 @@ Reads that decide whether an action is still due go to the contract itself (``pa
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -16,6 +17,29 @@ from backend.ledger import errors as ledger_errors
 from backend.ledger.resources import JobSpec, JobState, JobStatus, ParticipantInfo, RoundPhase, TxReceipt
 
 __all__ = ["ledger_errors", "JobSpec", "JobState", "JobStatus", "ParticipantInfo", "RoundPhase", "TxReceipt"]
+
+MICRO_EPSILON = 1_000_000
+# FederatedLearning.MAX_SPEND_PER_ROUND (= DataRegistry.MAX_PRIVACY_CAP): epsilon 100.
+MAX_SPEND_PER_ROUND = 100 * MICRO_EPSILON
+# One release may charge at most this many times the job's whole target epsilon (see below).
+SPEND_BOUND_FACTOR = 2
+
+
+def planned_spend_bound(config) -> int:
+    """The job's on-chain ``maxSpendPerRound`` (micro-epsilon) computed from its configuration.
+
+    0 for a job without DP (the chain then accepts no spend and needs none before an update).
+    Otherwise twice the job's target epsilon, capped at the contract's limit: an honest release
+    charges a dataset at most what the whole job was planned to spend (a round's increase of the
+    dataset's composed RDP epsilon is below the job's total at the job's delta); the factor leaves
+    room for a dataset whose own delta is smaller than the job's. Anything above it is no release
+    this job planned, and the chain refuses it.
+    """
+    dp = config.dp
+    if not dp.private or not dp.target_epsilon:
+        return 0
+    bound = math.ceil(SPEND_BOUND_FACTOR * float(dp.target_epsilon) * MICRO_EPSILON)
+    return max(1, min(bound, MAX_SPEND_PER_ROUND))
 
 
 def _hex32(value: str) -> bytes:
@@ -36,6 +60,12 @@ def start(ctx, job_id: int, committee: Sequence[str]) -> TxReceipt:
 
 def cancel(ctx, job_id: int) -> TxReceipt:
     return ctx.ledger.fl.cancel(job_id)
+
+
+def spend_privacy(ctx, job_id: int, round_: int, micro_epsilon: int) -> TxReceipt:
+    """This node's privacy spend for one release in ``round_`` (before the release is published)."""
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.spend_privacy(job_id, round_, micro_epsilon)
 
 
 def submit_update(

@@ -30,6 +30,8 @@ from .resources import (
     UpdateInfo,
 )
 
+ZERO32 = b"\x00" * 32
+
 
 class ContractBase:
     artifact_name: ClassVar[str]
@@ -93,22 +95,60 @@ class DataRegistry(ContractBase):
     artifact_name = "DataRegistry"
 
     def register_dataset(
-        self, content_hash: bytes, swarm_ref: bytes, schema_hash: bytes, samples: int, privacy_cap: int
+        self,
+        content_hash: bytes,
+        swarm_ref: bytes,
+        schema_hash: bytes,
+        samples: int,
+        privacy_cap: int,
+        public_holdout_hash: bytes = ZERO32,
     ) -> int:
-        """Register a dataset owned by this node; returns its id."""
-        receipt = self._transact(
-            "registerDataset", content_hash, swarm_ref, schema_hash, samples, privacy_cap
+        """Register a dataset owned by this node; returns its id.
+
+        ``privacy_cap`` in micro-epsilon (at most 100_000_000); ``public_holdout_hash``: the hash of
+        a hold-out split declared public (scored without noise), zero bytes when none. A content
+        hash already registered raises ``DuplicateDataset`` naming the existing id.
+        """
+        receipt = self.client.transact(
+            self.register_call(
+                content_hash, swarm_ref, schema_hash, samples, privacy_cap, public_holdout_hash
+            )
         )
         return receipt.event("DatasetRegistered").args["datasetId"]
+
+    def register_call(
+        self,
+        content_hash: bytes,
+        swarm_ref: bytes,
+        schema_hash: bytes,
+        samples: int,
+        privacy_cap: int,
+        public_holdout_hash: bytes = ZERO32,
+    ) -> ContractCall:
+        """The encoded registerDataset call (for callers that want the whole receipt)."""
+        return self.encode(
+            "registerDataset", content_hash, swarm_ref, schema_hash, samples, privacy_cap, public_holdout_hash
+        )
+
+    def wire_spender(self, spender: str) -> TxReceipt:
+        """Name the FederatedLearning contract that records spends (once, by the deployer)."""
+        return self._transact("wireSpender", to_checksum_address(spender))
+
+    def spender(self) -> str:
+        return to_checksum_address(self._call("spender")[0])
+
+    def dataset_by_content(self, content_hash: bytes) -> int:
+        """The id of the dataset registered with this content hash (0 when none)."""
+        return self._call("datasetByContent", content_hash)[0]
+
+    def usable_samples(self, dataset_id: int, account: str) -> int:
+        return self._call("usableSamples", dataset_id, to_checksum_address(account))[0]
 
     def grant(self, dataset_id: int, grantee: str, wrapped_key: bytes) -> TxReceipt:
         return self._transact("grant", dataset_id, to_checksum_address(grantee), wrapped_key)
 
     def revoke(self, dataset_id: int, grantee: str) -> TxReceipt:
         return self._transact("revoke", dataset_id, to_checksum_address(grantee))
-
-    def spend_privacy(self, dataset_id: int, job_id: int, amount_micro_epsilon: int) -> TxReceipt:
-        return self._transact("spendPrivacy", dataset_id, job_id, amount_micro_epsilon)
 
     def can_use(self, dataset_id: int, account: str) -> bool:
         return self._call("canUse", dataset_id, to_checksum_address(account))[0]
@@ -120,8 +160,10 @@ class DataRegistry(ContractBase):
         return self._call("privacySpentByJob", dataset_id, job_id)[0]
 
     def get_dataset(self, dataset_id: int) -> DatasetInfo:
-        (owner, samples, cap, spent, content, schema, ref) = self._call("getDataset", dataset_id)[0]
-        return DatasetInfo(dataset_id, to_checksum_address(owner), samples, cap, spent, content, schema, ref)
+        (owner, samples, cap, spent, content, schema, ref, holdout) = self._call("getDataset", dataset_id)[0]
+        return DatasetInfo(
+            dataset_id, to_checksum_address(owner), samples, cap, spent, content, schema, ref, holdout
+        )
 
 
 class FederatedLearning(ContractBase):
@@ -145,6 +187,12 @@ class FederatedLearning(ContractBase):
         self, job_id: int, round_: int, reference: bytes, content_hash: bytes, samples: int
     ) -> TxReceipt:
         return self._transact("submitUpdate", job_id, round_, reference, content_hash, samples)
+
+    def spend_privacy(self, job_id: int, round_: int, micro_epsilon: int) -> TxReceipt:
+        """Record one release of this node's data in ``round_`` of the job (the current round, or
+        the next while the current one aggregates): 1..max_spend_per_round micro-epsilon, counted
+        against the dataset this node joined with, at most twice per round."""
+        return self._transact("spendPrivacy", job_id, round_, micro_epsilon)
 
     def submit_scores(self, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
         """Scores (0..10000) by trainer address, for some or all of the round's updates."""

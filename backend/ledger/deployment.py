@@ -23,11 +23,13 @@ def deploy_contracts(
     admission_threshold_pct: int = DEFAULT_ADMISSION_THRESHOLD_PCT,
     with_harness: bool = False,
 ) -> Deployment:
-    """Deploy NodeRegistry, DataRegistry and FederatedLearning (and the rule harness for tests)."""
+    """Deploy NodeRegistry, DataRegistry and FederatedLearning, wired (and the rule harness for tests)."""
     start = client.block_number()
     registry = client.deploy(load_artifact("NodeRegistry"), admission_threshold_pct).contract_address
     data = client.deploy(load_artifact("DataRegistry"), registry).contract_address
     fl = client.deploy(load_artifact("FederatedLearning"), registry, data).contract_address
+    # Only FederatedLearning records privacy spends (it checks participant and plan): wired once.
+    DataRegistry(data, client).wire_spender(fl)
     addresses = {"NodeRegistry": registry, "DataRegistry": data, "FederatedLearning": fl}
     if with_harness:
         addresses["CommitteeRuleHarness"] = client.deploy(

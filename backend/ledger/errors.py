@@ -95,6 +95,14 @@ class EmptyField(ContractRevert):
     """A required field is empty."""
 
 
+class FieldTooLong(ContractRevert):
+    """A string or bytes field is longer than the contract accepts."""
+
+
+class InvalidText(ContractRevert):
+    """A name or endpoint holds a byte outside printable ASCII."""
+
+
 class UnknownJob(ContractRevert):
     """No job with this id."""
 
@@ -203,6 +211,22 @@ class InvalidUpdate(ContractRevert):
     """The update is invalid."""
 
 
+class SamplesAboveDataset(ContractRevert):
+    """An update names more samples than the trainer's dataset has registered."""
+
+
+class SpendMissing(ContractRevert):
+    """A job with DP needs the trainer's privacy spend for the round before its update."""
+
+
+class SpendOutOfBounds(ContractRevert):
+    """The spend is zero or above the job's planned bound per release (0: a job without DP)."""
+
+
+class TooManySpends(ContractRevert):
+    """This participant recorded the most spends a round allows (2)."""
+
+
 class UnknownDataset(ContractRevert):
     """No dataset with this id."""
 
@@ -227,6 +251,18 @@ class InvalidDataset(ContractRevert):
     """The dataset record is invalid."""
 
 
+class DuplicateDataset(ContractRevert):
+    """These records are registered already, as the dataset ``existingId``."""
+
+
+class Unauthorized(ContractRevert):
+    """Only the wired contract (or the deployer) may call this."""
+
+
+class AlreadyWired(ContractRevert):
+    """The spender contract is set already."""
+
+
 # The one table: Solidity error name -> exception. Every custom error in the artifacts must be here
 # (tests/ledger/test_errors.py checks it); selectors are computed from the artifacts' ABIs.
 ERROR_TYPES: dict[str, type[ContractRevert]] = {
@@ -237,6 +273,8 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "AlreadyVoted": AlreadyVoted,
     "InvalidPublicKey": InvalidPublicKey,
     "EmptyField": EmptyField,
+    "FieldTooLong": FieldTooLong,
+    "InvalidText": InvalidText,
     "UnknownJob": UnknownJob,
     "NotJobProposer": NotJobProposer,
     "InvalidJobSpec": InvalidJobSpec,
@@ -264,12 +302,19 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "ProposalExists": ProposalExists,
     "InvalidReference": InvalidReference,
     "InvalidUpdate": InvalidUpdate,
+    "SamplesAboveDataset": SamplesAboveDataset,
+    "SpendMissing": SpendMissing,
+    "SpendOutOfBounds": SpendOutOfBounds,
+    "TooManySpends": TooManySpends,
     "UnknownDataset": UnknownDataset,
     "NotDatasetOwner": NotDatasetOwner,
     "NotGranted": NotGranted,
     "DatasetNotUsable": DatasetNotUsable,
     "PrivacyBudgetExceeded": PrivacyBudgetExceeded,
     "InvalidDataset": InvalidDataset,
+    "DuplicateDataset": DuplicateDataset,
+    "Unauthorized": Unauthorized,
+    "AlreadyWired": AlreadyWired,
 }
 
 

@@ -58,7 +58,12 @@ class RoundPhase(IntEnum):
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What proposeJob takes. Deadlines are unix seconds (or block numbers with use_blocks)."""
+    """What proposeJob takes. Deadlines are unix seconds (or block numbers with use_blocks).
+
+    ``max_spend_per_round``: the most micro-epsilon (1_000_000 = epsilon 1.0) one participant may
+    record for one release with spendPrivacy; 0 for a job without DP (no spend is then accepted
+    and submitUpdate needs none).
+    """
 
     config_hash: bytes
     initial_model_ref: bytes
@@ -71,6 +76,7 @@ class JobSpec:
     train_period: int
     score_period: int
     use_blocks: bool = False
+    max_spend_per_round: int = 0
 
     def as_abi(self) -> tuple[Any, ...]:
         return (
@@ -85,6 +91,7 @@ class JobSpec:
             self.join_deadline,
             self.train_period,
             self.score_period,
+            self.max_spend_per_round,
         )
 
 
@@ -108,6 +115,7 @@ class JobState:
     participant_count: int
     update_count: int
     score_count: int
+    max_spend_per_round: int
     config_hash: bytes
     model_hash: bytes
     model_ref_digest: bytes
@@ -124,6 +132,9 @@ class ParticipantInfo:
     vote_round: int
     committee_round: int
     seat: int
+    spend_round: int = 0  # the last round this node recorded a privacy spend for
+    spends: int = 0  # how many it recorded for spend_round (at most 2)
+    samples: int = 0  # its dataset's registered size: the most samples an update may name
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,11 @@ class DatasetInfo:
     content_hash: bytes
     schema_hash: bytes
     swarm_ref: bytes
+    public_holdout_hash: bytes = b"\x00" * 32  # the hold-out split declared public; zero when none
+
+    @property
+    def has_public_holdout(self) -> bool:
+        return any(self.public_holdout_hash)
 
 
 @dataclass(frozen=True)

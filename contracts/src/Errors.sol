@@ -12,6 +12,8 @@ error NotApplicant(address account);
 error AlreadyVoted(address voter);
 error InvalidPublicKey(address account);
 error EmptyField(string field);
+error FieldTooLong(string field, uint256 length, uint256 limit);
+error InvalidText(string field, uint256 position); // a byte outside printable ASCII
 
 // --- jobs and rounds (FederatedLearning) ---
 error UnknownJob(uint256 jobId);
@@ -41,6 +43,10 @@ error ProposalMismatch(bytes32 modelHash);
 error ProposalExists(bytes32 modelHash);
 error InvalidReference(uint256 length);
 error InvalidUpdate(string reason);
+error SamplesAboveDataset(uint64 samples, uint64 registered);
+error SpendMissing(uint256 jobId, uint16 round, address trainer);
+error SpendOutOfBounds(uint256 jobId, uint64 amount, uint64 bound);
+error TooManySpends(uint256 jobId, uint16 round, address participant);
 
 // --- datasets (DataRegistry) ---
 error UnknownDataset(uint256 datasetId);
@@ -49,3 +55,8 @@ error NotGranted(uint256 datasetId, address account);
 error DatasetNotUsable(uint256 datasetId, address account);
 error PrivacyBudgetExceeded(uint256 datasetId, uint64 spent, uint64 requested, uint64 cap);
 error InvalidDataset(string reason);
+error DuplicateDataset(bytes32 contentHash, uint256 existingId);
+
+// --- wiring (set once at deployment) ---
+error Unauthorized(address account);
+error AlreadyWired(address spender);

@@ -18,10 +18,28 @@ import {CommitteeRule} from "./CommitteeRule.sol";
 /// proposer's included) fixes it and opens round r + 1 (or finishes the job after the last round).
 /// Deadlines are in seconds (block.timestamp) or, with `useBlocks`, in blocks. Only references,
 /// hashes, scores and membership are stored or emitted.
+///
+/// Privacy: a job's spec plans `maxSpendPerRound` (micro-epsilon, 1_000_000 = epsilon 1.0; 0 for
+/// a job without DP). A participant records each release of its data (a trained update, a DP
+/// committee score) with `spendPrivacy(jobId, round, amount)`: the spend counts against the
+/// dataset it joined with (DataRegistry refuses one past the dataset's cap), is at most the
+/// planned bound, and at most MAX_SPENDS_PER_ROUND per participant and round (a committee
+/// member's score release; a trainer's update plus one retrain after a discarded speculative
+/// update). In a job with DP, `submitUpdate` requires the trainer's spend for that round.
+///
+/// Bounds: every value this contract accepts is bounded as the job configuration bounds it
+/// (backend/jobs/config.py, serializers.py), so the mirrors of all nodes can store it.
 contract FederatedLearning {
     uint256 public constant MAX_PARTICIPANTS = 200;
     uint256 public constant MAX_COMMITTEE = 16;
     uint256 public constant MAX_SCORE = 10_000;
+    uint256 public constant MAX_ROUNDS = 10_000;
+    uint256 public constant MAX_PERIOD = 7 days; // trainPeriod, scorePeriod (seconds or blocks)
+    // joinDeadline - now (seconds or blocks): the API allows 30 days from the clock; a day of slack
+    // for a chain whose latest timestamp lags that clock.
+    uint256 public constant MAX_JOIN_WINDOW = 31 days;
+    uint64 public constant MAX_SPEND_PER_ROUND = 100_000_000; // DataRegistry.MAX_PRIVACY_CAP
+    uint8 public constant MAX_SPENDS_PER_ROUND = 2;
 
     enum Status {
         None,
@@ -49,6 +67,7 @@ contract FederatedLearning {
         uint64 joinDeadline; // absolute: timestamp, or block number with useBlocks
         uint32 trainPeriod; // per round: updates are due trainPeriod after the round opens
         uint32 scorePeriod; // scores are due scorePeriod after the update deadline
+        uint64 maxSpendPerRound; // micro-epsilon a participant may record per release; 0: no DP
     }
 
     struct Job {
@@ -69,6 +88,7 @@ contract FederatedLearning {
         uint16 participantCount;
         uint16 updateCount;
         uint8 scoreCount;
+        uint64 maxSpendPerRound; // in the slot of updateCount: submitUpdate reads it warm
         bytes32 configHash;
         bytes32 modelHash; // the current global model
         bytes32 modelRefDigest; // keccak256 of its reference
@@ -84,6 +104,9 @@ contract FederatedLearning {
         uint16 voteRound; // last round whose global model this node proposed or confirmed
         uint16 committeeRound; // the round this node sits on the committee for
         uint8 seat;
+        uint16 spendRound; // the last round this node recorded a privacy spend for
+        uint8 spends; // spends recorded for spendRound
+        uint40 samples; // the joined dataset's registered size: an update names at most this many
     }
 
     struct Proposal {
@@ -159,14 +182,19 @@ contract FederatedLearning {
         if (spec.configHash == bytes32(0)) revert InvalidJobSpec("configHash");
         _requireReference(spec.initialModelRef);
         if (spec.initialModelHash == bytes32(0)) revert InvalidJobSpec("initialModelHash");
-        if (spec.rounds == 0) revert InvalidJobSpec("rounds");
+        if (spec.rounds == 0 || spec.rounds > MAX_ROUNDS) revert InvalidJobSpec("rounds");
         if (spec.committeeSize == 0 || spec.committeeSize > MAX_COMMITTEE) revert InvalidJobSpec("committeeSize");
         if (spec.topK == 0) revert InvalidJobSpec("topK");
-        if (spec.minTrainers == 0) revert InvalidJobSpec("minTrainers");
+        if (spec.minTrainers == 0 || uint256(spec.minTrainers) + spec.committeeSize > MAX_PARTICIPANTS) {
+            revert InvalidJobSpec("minTrainers");
+        }
         if (spec.trainPeriod == 0 || spec.scorePeriod == 0) revert InvalidJobSpec("period");
-        if (spec.joinDeadline <= (spec.useBlocks ? block.number : block.timestamp)) {
+        if (spec.trainPeriod > MAX_PERIOD || spec.scorePeriod > MAX_PERIOD) revert InvalidJobSpec("period");
+        uint256 current = spec.useBlocks ? block.number : block.timestamp;
+        if (spec.joinDeadline <= current || spec.joinDeadline > current + MAX_JOIN_WINDOW) {
             revert InvalidJobSpec("joinDeadline");
         }
+        if (spec.maxSpendPerRound > MAX_SPEND_PER_ROUND) revert InvalidJobSpec("maxSpendPerRound");
         jobId = ++jobCount;
         Job storage job = _jobs[jobId];
         job.proposer = msg.sender;
@@ -179,6 +207,7 @@ contract FederatedLearning {
         job.joinDeadline = spec.joinDeadline;
         job.trainPeriod = spec.trainPeriod;
         job.scorePeriod = spec.scorePeriod;
+        job.maxSpendPerRound = spec.maxSpendPerRound;
         job.configHash = spec.configHash;
         job.modelHash = spec.initialModelHash;
         job.modelRefDigest = keccak256(spec.initialModelRef);
@@ -193,11 +222,13 @@ contract FederatedLearning {
         Participant storage p = _participants[jobId][msg.sender];
         if (p.joined) revert AlreadyJoined(jobId, msg.sender);
         if (job.participantCount >= MAX_PARTICIPANTS) revert TooManyParticipants(MAX_PARTICIPANTS);
-        if (!dataRegistry.canUse(datasetId, msg.sender)) revert DatasetNotUsable(datasetId, msg.sender);
+        uint64 samples = dataRegistry.usableSamples(datasetId, msg.sender); // 0: unknown or not usable
+        if (samples == 0) revert DatasetNotUsable(datasetId, msg.sender);
         uint16 index = job.participantCount++;
         p.joined = true;
         p.index = index;
-        p.datasetId = uint64(datasetId);
+        p.datasetId = uint64(datasetId); // an existing id: below datasetCount
+        p.samples = uint40(samples); // DataRegistry.MAX_SAMPLES < 2**40
         emit ParticipantJoined(jobId, msg.sender, datasetId, index);
     }
 
@@ -245,11 +276,40 @@ contract FederatedLearning {
         _requireReference(modelRef);
         if (contentHash == bytes32(0)) revert InvalidUpdate("contentHash");
         if (samples == 0) revert InvalidUpdate("samples");
+        if (samples > p.samples) revert SamplesAboveDataset(samples, p.samples);
+        // One slot read each: both live in slots this call reads anyway.
+        if (job.maxSpendPerRound != 0 && p.spendRound != round) revert SpendMissing(jobId, round, msg.sender);
         uint16 index = job.updateCount++;
         p.updateRound = round;
         p.updateIndex = index;
         _trainerAt[jobId][(uint256(round) << 16) | index] = msg.sender;
         emit UpdateSubmitted(jobId, round, msg.sender, index, modelRef, contentHash, samples);
+    }
+
+    /// @notice Records a release of this participant's data in `round` of a running job: `amount`
+    /// micro-epsilon (1..maxSpendPerRound) against the dataset it joined with. `round` is the
+    /// current round, or the next one while the current one aggregates (a trainer charges its
+    /// speculative update before the round opens). At most MAX_SPENDS_PER_ROUND per round.
+    function spendPrivacy(uint256 jobId, uint16 round, uint64 amount) external {
+        Job storage job = _job(jobId);
+        if (job.status == Status.Cancelled) revert JobIsCancelled(jobId);
+        if (job.status != Status.Running) revert JobNotRunning(jobId);
+        uint16 current = job.round;
+        if (round != current && (job.phase != Phase.Aggregating || round != current + 1 || round > job.rounds)) {
+            revert WrongRound(current, round);
+        }
+        uint64 bound = job.maxSpendPerRound;
+        if (amount == 0 || amount > bound) revert SpendOutOfBounds(jobId, amount, bound);
+        _requireMember();
+        Participant storage p = _participants[jobId][msg.sender];
+        if (!p.joined) revert NotParticipant(jobId, msg.sender);
+        uint16 last = p.spendRound;
+        if (round < last) revert WrongRound(last, round);
+        uint8 spends = round == last ? p.spends : 0;
+        if (spends >= MAX_SPENDS_PER_ROUND) revert TooManySpends(jobId, round, msg.sender);
+        p.spendRound = round;
+        p.spends = spends + 1;
+        dataRegistry.recordSpend(p.datasetId, jobId, round, msg.sender, amount);
     }
 
     /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once.

@@ -11,7 +11,12 @@ import {INodeRegistry} from "./INodeRegistry.sol";
 /// `votes * 100 >= members * thresholdPercent`. While the consortium has fewer than two members
 /// the deployer's vote alone admits (bootstrap). Members update their endpoint, leave, and remove
 /// a member by the same vote threshold. Votes are per application / removal attempt (epoch).
+/// Names (at most 64 bytes) and endpoints (at most 256 bytes) are printable ASCII, an endpoint
+/// without spaces: every node mirrors them, so no one can register a string it cannot store.
 contract NodeRegistry is INodeRegistry {
+    uint256 public constant MAX_NAME = 64;
+    uint256 public constant MAX_ENDPOINT = 256;
+
     enum Status {
         None,
         Applied,
@@ -63,8 +68,8 @@ contract NodeRegistry is INodeRegistry {
         Node storage node = _nodes[msg.sender];
         if (node.status == Status.Member) revert AlreadyMember(msg.sender);
         if (node.status == Status.Applied) revert AlreadyApplied(msg.sender);
-        if (bytes(name).length == 0) revert EmptyField("name");
-        if (bytes(endpoint).length == 0) revert EmptyField("endpoint");
+        _requireText("name", name, MAX_NAME, 0x20);
+        _requireText("endpoint", endpoint, MAX_ENDPOINT, 0x21);
         if (pubkey.length != 64 || address(uint160(uint256(keccak256(pubkey)))) != msg.sender) {
             revert InvalidPublicKey(msg.sender);
         }
@@ -98,7 +103,7 @@ contract NodeRegistry is INodeRegistry {
     }
 
     function updateEndpoint(string calldata endpoint) external onlyMember {
-        if (bytes(endpoint).length == 0) revert EmptyField("endpoint");
+        _requireText("endpoint", endpoint, MAX_ENDPOINT, 0x21);
         _nodes[msg.sender].endpoint = endpoint;
         emit EndpointUpdated(msg.sender, endpoint);
     }
@@ -149,6 +154,17 @@ contract NodeRegistry is INodeRegistry {
     {
         Node storage node = _nodes[account];
         return (node.name, node.endpoint, node.pubkey, node.overlay, node.status);
+    }
+
+    /// A non-empty string of at most `limit` bytes, each in [lowest, 0x7e] (printable ASCII).
+    function _requireText(string memory field, string calldata value, uint256 limit, uint8 lowest) private pure {
+        bytes calldata raw = bytes(value);
+        if (raw.length == 0) revert EmptyField(field);
+        if (raw.length > limit) revert FieldTooLong(field, raw.length, limit);
+        for (uint256 i; i < raw.length; ++i) {
+            uint8 c = uint8(raw[i]);
+            if (c < lowest || c > 0x7e) revert InvalidText(field, i);
+        }
     }
 
     function _admit(address account, Node storage node) private {

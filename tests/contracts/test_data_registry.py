@@ -15,7 +15,7 @@ def test_register_dataset(fed):
         data.register_dataset(b"\x00" * 32, b"\x02" * 32, b"\x03" * 32, 5, 10)
     with pytest.raises(errors.InvalidDataset):
         data.register_dataset(b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, 0, 10)
-    dataset_id = data.register_dataset(b"\x0a" * 32, b"\x0b" * 32, b"\x0c" * 32, 500, 2_000_000)
+    dataset_id = data.register_dataset(b"\x6a" * 32, b"\x0b" * 32, b"\x0c" * 32, 500, 2_000_000)
     info = data.get_dataset(dataset_id)
     assert info.owner == fed.address(0) and info.samples == 500 and info.swarm_ref == b"\x0b" * 32
     assert info.privacy_cap == 2_000_000 and info.privacy_spent == 0
@@ -39,17 +39,71 @@ def test_grant_and_revoke(fed):
     assert owner.can_use(1, fed.address(0))
 
 
-def test_privacy_spend_is_capped(fed):
-    owner = fed.member(0).data  # dataset 1, cap 3_000_000 micro-epsilon
-    owner.spend_privacy(1, 7, 1_000_000)
-    owner.spend_privacy(1, 8, 1_500_000)
-    with pytest.raises(errors.PrivacyBudgetExceeded) as caught:
-        owner.spend_privacy(1, 7, 600_000)
-    assert caught.value.args_ == {"datasetId": 1, "spent": 2_500_000, "requested": 600_000, "cap": 3_000_000}
-    with pytest.raises(errors.NotGranted):
-        fed.member(1).data.spend_privacy(1, 7, 1)
-    owner.grant(1, fed.address(1), b"k")
-    receipt = fed.member(1).data.spend_privacy(1, 7, 500_000)
-    assert receipt.event("PrivacySpent").args["jobTotal"] == 1_500_000
-    assert owner.privacy_spent_by_job(1, 7) == 1_500_000
-    assert owner.get_dataset(1).privacy_spent == 3_000_000
+def test_register_dataset_bounds(fed):
+    data = fed.member(0).data
+    too_many = 10**12 + 1  # DataRegistry.MAX_SAMPLES + 1: more than a 40-bit participant field holds
+    with pytest.raises(errors.InvalidDataset) as caught:
+        data.register_dataset(b"\x31" * 32, b"\x02" * 32, b"\x03" * 32, too_many, 10)
+    assert caught.value.args_ == {"reason": "samples"}
+    with pytest.raises(errors.InvalidDataset) as caught:
+        data.register_dataset(b"\x31" * 32, b"\x02" * 32, b"\x03" * 32, 5, 100_000_001)  # epsilon > 100
+    assert caught.value.args_ == {"reason": "privacyCap"}
+    with pytest.raises(errors.InvalidDataset):
+        data.register_dataset(b"\x31" * 32, b"\x00" * 32, b"\x03" * 32, 5, 10)  # no swarm reference
+    dataset_id = data.register_dataset(b"\x31" * 32, b"\x02" * 32, b"\x03" * 32, 10**12, 100_000_000)
+    assert data.get_dataset(dataset_id).samples == 10**12
+
+
+def test_duplicate_content_hash_is_refused_with_the_existing_id(fed):
+    data = fed.member(0).data
+    first = data.register_dataset(b"\x41" * 32, b"\x02" * 32, b"\x03" * 32, 5, 10)
+    assert data.dataset_by_content(b"\x41" * 32) == first
+    assert data.dataset_by_content(b"\x42" * 32) == 0
+    # the same records from another member, with another reference and cap: refused
+    with pytest.raises(errors.DuplicateDataset) as caught:
+        fed.member(1).data.register_dataset(b"\x41" * 32, b"\x09" * 32, b"\x03" * 32, 5, 3_000_000)
+    assert caught.value.args_ == {"contentHash": "0x" + "41" * 32, "existingId": first}
+    # also against the datasets registered in the fixture
+    with pytest.raises(errors.DuplicateDataset) as caught:
+        data.register_dataset(bytes([3]) * 32, b"\x09" * 32, b"\x03" * 32, 5, 10)
+    assert caught.value.args_["existingId"] == 3
+
+
+def test_public_holdout_declaration_is_on_chain(fed):
+    data = fed.member(0).data
+    holdout = b"\x5a" * 32
+    call = data.register_call(b"\x51" * 32, b"\x02" * 32, b"\x03" * 32, 50, 10, holdout)
+    receipt = fed.member(0).client.transact(call)
+    event = receipt.event("DatasetRegistered").args
+    assert event["publicHoldoutHash"] == "0x" + "5a" * 32
+    info = data.get_dataset(event["datasetId"])
+    assert info.public_holdout_hash == holdout and info.has_public_holdout
+    plain = data.get_dataset(1)  # registered without a declaration
+    assert plain.public_holdout_hash == b"\x00" * 32 and not plain.has_public_holdout
+
+
+def test_grant_bounds_the_wrapped_key(fed):
+    owner = fed.member(0).data
+    with pytest.raises(errors.FieldTooLong) as caught:
+        owner.grant(1, fed.address(1), b"\x01" * 513)
+    assert caught.value.args_ == {"field": "wrappedKey", "length": 513, "limit": 512}
+    with pytest.raises(errors.InvalidDataset):
+        owner.grant(1, fed.address(1), b"")
+    with pytest.raises(errors.UnknownDataset):
+        owner.grant(2**200, fed.address(1), b"k")
+    owner.grant(1, fed.address(1), b"\x01" * 512)
+
+
+def test_spends_are_recorded_only_by_the_wired_federated_learning_contract(fed):
+    deployer = fed.member(0)  # deployed the contracts (conftest)
+    fl_address = deployer.deployment.address("FederatedLearning")
+    assert deployer.data.spender() == fl_address
+    with pytest.raises(errors.AlreadyWired):
+        deployer.data.wire_spender(deployer.deployment.address("NodeRegistry"))
+    with pytest.raises(errors.Unauthorized):
+        fed.member(1).data.wire_spender(fed.address(1))
+    # the old path: a dataset's owner recording a spend for any job id it likes
+    for who in (deployer, fed.member(1), fed.outsider()):
+        with pytest.raises(errors.Unauthorized):
+            who.client.transact(who.data.encode("recordSpend", 1, 7, 1, who.client.address, 1))
+    assert deployer.data.get_dataset(1).privacy_spent == 0

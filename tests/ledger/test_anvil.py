@@ -77,8 +77,8 @@ def test_configured_url_deploy_index_and_typed_errors(anvil, tmp_path):
                 )
             assert caught.value.args_ == {"account": account.address}
             ledger.data.register_dataset(b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, 10, 100)
-            with pytest.raises(errors.PrivacyBudgetExceeded):
-                ledger.data.spend_privacy(1, 1, 101)
+            with pytest.raises(errors.DuplicateDataset):  # the same records again: refused on chain
+                ledger.data.register_dataset(b"\x01" * 32, b"\x09" * 32, b"\x03" * 32, 10, 100)
             call_command("ledger", "index")
             from backend.ledger.models import Dataset, Node
 

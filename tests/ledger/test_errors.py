@@ -59,7 +59,8 @@ def test_factory_embedded_chain_deploys_in_process(tmp_path):
             )
             assert ledger.nodes.members() == [account.address]
             result = factory.get_indexer(ledger).sync()
-            assert result.new_events == 2
+            # SpenderWired (the deployment wires DataRegistry to FederatedLearning), NodeApplied, NodeAdmitted
+            assert result.new_events == 3
         finally:
             factory.reset()
 

@@ -1,0 +1,201 @@
+"""FederatedLearning.spendPrivacy: a participant's own charge, within the job's plan, before its update.
+
+Datasets of the fixture: member i owns dataset i + 1 (100 + i samples, cap 3_000_000 micro-epsilon).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.ledger import errors
+from backend.ledger.resources import RoundPhase
+
+REF, HASH, MODEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
+BOUND = 1_000_000  # the job's maxSpendPerRound: epsilon 1.0 per release
+
+
+def _dp_job(fed, **overrides):
+    return fed.running_job(**{"max_spend_per_round": BOUND, **overrides})
+
+
+def _finish_round(fed, job, round_, committee, trainers):
+    """Every trainer spends and submits (unless it did), every member scores, the new committee
+    fixes a model. Returns (committee, trainers) of the next round."""
+    for t in trainers:
+        info = fed.member(t).fl.get_participant(job, fed.address(t))
+        if info.update_round == round_:
+            continue
+        if info.spend_round != round_:
+            fed.member(t).fl.spend_privacy(job, round_, 1)
+        fed.member(t).fl.submit_update(job, round_, bytes([t]) * 32, bytes([t + 100]) * 32, 10)
+    for m in committee:
+        fed.member(m).fl.submit_scores(job, round_, {fed.address(t): 5000 + t for t in trainers})
+    addresses = fed.member(0).fl.committee(job)
+    new = [next(i for i in range(12) if fed.address(i) == a) for a in addresses]
+    fed.member(new[0]).fl.propose_global_model(job, round_, REF, MODEL)
+    fed.member(new[1]).fl.confirm_global_model(job, round_, MODEL)
+    everyone = set(committee) | set(trainers)
+    return new, sorted(everyone - set(new))
+
+
+def test_spend_is_recorded_against_the_dataset_the_participant_joined_with(fed):
+    job, committee, trainers = _dp_job(fed)
+    t = trainers[0]
+    receipt = fed.member(t).fl.spend_privacy(job, 1, 400_000)
+    event = receipt.event("PrivacySpent")
+    assert event.contract == "DataRegistry"
+    assert event.args == {
+        "datasetId": t + 1,
+        "jobId": job,
+        "spender": fed.address(t),
+        "round": 1,
+        "amount": 400_000,
+        "jobTotal": 400_000,
+        "datasetTotal": 400_000,
+    }
+    assert fed.member(0).data.get_dataset(t + 1).privacy_spent == 400_000
+    assert fed.member(0).data.privacy_spent_by_job(t + 1, job) == 400_000
+    info = fed.member(0).fl.get_participant(job, fed.address(t))
+    assert (info.spend_round, info.spends, info.samples) == (1, 1, 100 + t)
+    # a committee member records its score release in its round too
+    fed.member(committee[0]).fl.spend_privacy(job, 1, 5)
+    assert fed.member(0).data.get_dataset(committee[0] + 1).privacy_spent == 5
+
+
+def test_a_granted_dataset_is_charged_not_the_grantees_own(fed):
+    job = fed.member(0).fl.propose_job(fed.spec(max_spend_per_round=BOUND))
+    fed.member(1).data.grant(2, fed.address(5), b"wrapped")
+    fed.member(5).fl.join(job, 2)  # member 5 joins with member 1's dataset
+    for i in (0, 2, 3, 4):
+        fed.member(i).fl.join(job, i + 1)
+    fed.member(0).fl.start_job(job, [fed.address(i) for i in (0, 2, 3)])
+    fed.member(5).fl.spend_privacy(job, 1, 700_000)
+    assert fed.member(0).data.get_dataset(2).privacy_spent == 700_000
+    assert fed.member(0).data.get_dataset(6).privacy_spent == 0
+
+
+def test_spend_amount_is_bounded_by_the_plan(fed):
+    job, _, trainers = _dp_job(fed)
+    fl = fed.member(trainers[0]).fl
+    with pytest.raises(errors.SpendOutOfBounds) as caught:
+        fl.spend_privacy(job, 1, BOUND + 1)
+    assert caught.value.args_ == {"jobId": job, "amount": BOUND + 1, "bound": BOUND}
+    with pytest.raises(errors.SpendOutOfBounds):
+        fl.spend_privacy(job, 1, 0)  # a zero spend would satisfy submitUpdate for free
+    fl.spend_privacy(job, 1, BOUND)
+    # a job without DP plans no spend: none is accepted
+    plain, _, plain_trainers = fed.running_job(participants=5)
+    with pytest.raises(errors.SpendOutOfBounds) as caught:
+        fed.member(plain_trainers[0]).fl.spend_privacy(plain, 1, 1)
+    assert caught.value.args_["bound"] == 0
+
+
+def test_only_a_participant_of_a_running_job_spends(fed):
+    job, _, _ = _dp_job(fed)
+    with pytest.raises(errors.NotMember):
+        fed.outsider().fl.spend_privacy(job, 1, 1)
+    with pytest.raises(errors.NotParticipant):
+        fed.member(10).fl.spend_privacy(job, 1, 1)  # a member that did not join
+    with pytest.raises(errors.UnknownJob):
+        fed.member(1).fl.spend_privacy(2**200, 1, 1)  # the id that overflowed the mirrors
+    open_job = fed.member(0).fl.propose_job(fed.spec(max_spend_per_round=BOUND))
+    fed.member(1).fl.join(open_job, 2)
+    with pytest.raises(errors.JobNotRunning):
+        fed.member(1).fl.spend_privacy(open_job, 1, 1)
+    fed.member(0).fl.cancel(job)
+    with pytest.raises(errors.JobIsCancelled):
+        fed.member(1).fl.spend_privacy(job, 1, 1)
+
+
+def test_spend_rounds_and_the_per_round_limit(fed):
+    job, committee, trainers = _dp_job(fed, rounds=2)
+    t = trainers[0]
+    fl = fed.member(t).fl
+    with pytest.raises(errors.WrongRound):
+        fl.spend_privacy(job, 2, 1)  # the next round only once the current one aggregates
+    with pytest.raises(errors.WrongRound):
+        fl.spend_privacy(job, 0, 1)
+    fl.spend_privacy(job, 1, 1)
+    fl.spend_privacy(job, 1, 1)  # a retrain after a discarded speculative update
+    with pytest.raises(errors.TooManySpends) as caught:
+        fl.spend_privacy(job, 1, 1)
+    assert caught.value.args_ == {"jobId": job, "round": 1, "participant": fed.address(t)}
+    # the round finalizes: trainers may charge round 2 (speculative training) before it opens
+    for i in trainers:
+        if i != t:
+            fed.member(i).fl.spend_privacy(job, 1, 1)
+        fed.member(i).fl.submit_update(job, 1, REF, HASH, 10)
+    for m in committee:
+        fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
+    assert fed.member(0).fl.get_job(job).phase is RoundPhase.AGGREGATING
+    with pytest.raises(errors.WrongRound):
+        fl.spend_privacy(job, 3, 1)
+    fl.spend_privacy(job, 2, 1)
+    with pytest.raises(errors.WrongRound):  # the round it spent for last is 2: no going back
+        fl.spend_privacy(job, 1, 1)
+    info = fed.member(0).fl.get_participant(job, fed.address(t))
+    assert (info.spend_round, info.spends) == (2, 1)
+
+
+def test_no_spend_past_the_last_round(fed):
+    job, committee, trainers = _dp_job(fed, rounds=1)
+    for i in trainers:
+        fed.member(i).fl.spend_privacy(job, 1, 1)
+        fed.member(i).fl.submit_update(job, 1, REF, HASH, 10)
+    for m in committee:
+        fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
+    with pytest.raises(errors.WrongRound):
+        fed.member(trainers[0]).fl.spend_privacy(job, 2, 1)
+
+
+def test_spend_past_the_dataset_cap_is_refused(fed):
+    job, _, trainers = _dp_job(fed, max_spend_per_round=2_000_000)
+    t = trainers[0]
+    fed.member(t).fl.spend_privacy(job, 1, 2_000_000)
+    with pytest.raises(errors.PrivacyBudgetExceeded) as caught:
+        fed.member(t).fl.spend_privacy(job, 1, 1_000_001)
+    assert caught.value.args_ == {
+        "datasetId": t + 1,
+        "spent": 2_000_000,
+        "requested": 1_000_001,
+        "cap": 3_000_000,
+    }
+    # the refused spend did not count as one of the round's two
+    fed.member(t).fl.spend_privacy(job, 1, 1_000_000)
+    assert fed.member(0).data.get_dataset(t + 1).privacy_spent == 3_000_000
+
+
+def test_submit_update_requires_the_rounds_spend_in_a_dp_job(fed):
+    job, committee, trainers = _dp_job(fed, rounds=2)
+    t = trainers[0]
+    fl = fed.member(t).fl
+    with pytest.raises(errors.SpendMissing) as caught:
+        fl.submit_update(job, 1, REF, HASH, 10)
+    assert caught.value.args_ == {"jobId": job, "round": 1, "trainer": fed.address(t)}
+    fl.spend_privacy(job, 1, 1)
+    fl.submit_update(job, 1, REF, HASH, 10)
+    committee, trainers = _finish_round(fed, job, 1, committee, trainers)
+    assert fed.member(0).fl.get_job(job).round == 2
+    # round 1's spend does not cover round 2
+    t2 = next(i for i in trainers if fed.member(0).fl.get_participant(job, fed.address(i)).spend_round == 1)
+    with pytest.raises(errors.SpendMissing):
+        fed.member(t2).fl.submit_update(job, 2, REF, HASH, 10)
+    fed.member(t2).fl.spend_privacy(job, 2, 1)
+    fed.member(t2).fl.submit_update(job, 2, REF, HASH, 10)
+
+
+def test_submit_update_in_a_job_without_dp_needs_no_spend(fed):
+    job, _, trainers = fed.running_job(participants=5)
+    fed.member(trainers[0]).fl.submit_update(job, 1, REF, HASH, 10)
+
+
+def test_update_samples_are_bounded_by_the_registered_dataset(fed):
+    job, _, trainers = fed.running_job(participants=5)
+    t = trainers[0]  # dataset t + 1 holds 100 + t samples
+    with pytest.raises(errors.SamplesAboveDataset) as caught:
+        fed.member(t).fl.submit_update(job, 1, REF, HASH, 101 + t)
+    assert caught.value.args_ == {"samples": 101 + t, "registered": 100 + t}
+    with pytest.raises(errors.SamplesAboveDataset):
+        fed.member(t).fl.submit_update(job, 1, REF, HASH, 2**64 - 1)
+    receipt = fed.member(t).fl.submit_update(job, 1, REF, HASH, 100 + t)
+    assert receipt.event("UpdateSubmitted").args["samples"] == 100 + t
