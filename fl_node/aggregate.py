@@ -255,8 +255,29 @@ def krum_select(distances: Tensor, f: int, m: int) -> list[int]:
     return sorted(best)
 
 
-def row_sparse_mean(values: Sequence[SparseRows], weights: Sequence[float], shape: Sequence[int]) -> Tensor:
-    """Each row's weighted mean over the values that touched it; rows nobody touched are 0."""
+ROW_RULES = ("touched", "all")
+
+
+def row_sparse_mean(
+    values: Sequence[SparseRows], weights: Sequence[float], shape: Sequence[int], *, over: str = "touched"
+) -> Tensor:
+    """Each row's weighted mean over the values that touched it; rows nobody touched are 0.
+
+    ``over="all"`` divides every row by the weight of all values instead: FedAvg's
+    mean, in which an untouched row counts as a zero delta, computed from the
+    touched rows only.
+    """
+    if over not in ROW_RULES:
+        raise ValueError(f"row rule must be one of {ROW_RULES}, not {over!r}")
+    if over == "all":
+        scale = float(sum(weights))
+        if not scale > 0:
+            raise ValueError("weights must sum to a positive number")
+        out = torch.zeros(tuple(shape), dtype=torch.float32)
+        for value, weight in zip(values, weights, strict=True):
+            if value.indices.numel():
+                out.index_add_(0, value.indices, value.values * (weight / scale))
+        return _canonical_zeros(out)
     total = torch.zeros(tuple(shape), dtype=torch.float32)
     row_weight = torch.zeros(shape[0], dtype=torch.float64)  # exact for integer sample counts
     for value, weight in zip(values, weights, strict=True):
@@ -496,10 +517,22 @@ class HybridAveraging(Strategy):
     not given, if any update carries it as :class:`SparseRows`. A dense value of
     a row-sparse tensor counts as touching exactly its non-zero rows, so the
     result does not depend on how the codec chose to encode each update.
+
+    ``rows`` is the job's rule for a row-sparse tensor: ``"touched"`` averages
+    each row over the updates that changed it (a rare token's row moves as far
+    as its one trainer moved it); ``"all"`` over every update, as FedAvg does,
+    so the model is FedAvg's and only the bytes and the work are sparse.
     """
 
-    def __init__(self, sparse_names: Iterable[str] | None = None) -> None:
+    def __init__(self, sparse_names: Iterable[str] | None = None, rows: str = "touched") -> None:
+        if rows not in ROW_RULES:
+            raise ValueError(f"hybrid rows must be one of {ROW_RULES}, not {rows!r}")
+        if sparse_names is not None and (
+            isinstance(sparse_names, str) or not all(isinstance(n, str) and n for n in sparse_names)
+        ):
+            raise ValueError("hybrid sparse_names must be a list of tensor names")
         self.sparse_names = None if sparse_names is None else frozenset(sparse_names)
+        self.rows = rows
 
     def _is_row_sparse(self, ordered: list[WeightedUpdate], name: str) -> bool:
         if self.sparse_names is not None:
@@ -513,7 +546,7 @@ class HybridAveraging(Strategy):
             values = [item.update[name] for item in ordered]
             if self._is_row_sparse(ordered, name) and len(value_shape(values[0])) >= 1:
                 rows = [v if isinstance(v, SparseRows) else to_sparse_rows(v) for v in values]
-                updated[name] = row_sparse_mean(rows, weights, value_shape(values[0])).add_(
+                updated[name] = row_sparse_mean(rows, weights, value_shape(values[0]), over=self.rows).add_(
                     global_state[name]
                 )
             else:

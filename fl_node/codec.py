@@ -219,14 +219,25 @@ def _save(tensors: dict[str, Tensor], header: dict) -> bytes:
     return b"".join([len(text).to_bytes(8, "little"), text, *parts])
 
 
-def encode_update(update: Update, *, allow_sparse: bool = True) -> bytes:
+def encode_update(
+    update: Update, *, allow_sparse: bool = True, encodings: Mapping[str, str] | None = None
+) -> bytes:
     """Encode an update (name -> float32 delta, dense or :class:`SparseRows`) to canonical bytes.
 
     ``allow_sparse=False`` forces every tensor dense (for comparisons); the
-    canonical form, whose hash the chain records, is the default.
+    canonical form, whose hash the chain records, is the default. ``encodings``
+    pins the form of named tensors, ``"dense"`` or ``"sparse_rows"`` (see
+    :mod:`fl_node.sparse`, which chooses per tensor by measured cost); both
+    forms are lossless, so a pinned choice changes the bytes, never the content.
     """
     if not isinstance(update, Mapping) or not update:
         raise CodecError("an update must be a non-empty mapping of name -> tensor")
+    pinned = dict(encodings or {})
+    for name, form in pinned.items():
+        if form not in ("dense", "sparse_rows"):
+            raise CodecError(f"tensor {name!r}: unknown encoding {form!r} (dense or sparse_rows)")
+        if name not in update:
+            raise CodecError(f"an encoding is pinned for {name!r}, which the update does not hold")
     tensors: dict[str, Tensor] = {}
     entries: dict[str, dict] = {}
     for name in sorted(update):
@@ -249,7 +260,14 @@ def encode_update(update: Update, *, allow_sparse: bool = True) -> bytes:
                 rows = None
         else:
             raise CodecError(f"value of {name!r} is {type(value).__name__}, not a tensor or SparseRows")
-        if allow_sparse and rows is not None and sparse_is_smaller(rows.numel(), shape):
+        form = pinned.get(name)
+        if form == "sparse_rows" and rows is None:
+            raise CodecError(f"tensor {name!r} has shape {list(shape)}: sparse rows need 2 or more dims")
+        if form is None:
+            sparse_form = allow_sparse and rows is not None and sparse_is_smaller(rows.numel(), shape)
+        else:
+            sparse_form = form == "sparse_rows"
+        if sparse_form:
             tensors[name + _INDICES_SUFFIX] = rows
             tensors[name + _ROWS_SUFFIX] = sparse.values if sparse else value.index_select(0, rows)
             entries[name] = {"encoding": "sparse_rows", "shape": list(shape)}

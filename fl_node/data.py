@@ -245,3 +245,7 @@ def load_zipf_text(
         input_shape=(seq_len,),
         vocab_size=vocab_size,
     )
+
+
+# Registers "zipf_lm" and "hashed_clicks"; at the end, because that module imports from this one.
+from fl_node import text as _text  # noqa: E402,F401

@@ -10,6 +10,8 @@ Built-ins are chosen to train well under DP-SGD (Abadi et al. 2016):
   which breaks per-example gradients, so Opacus refuses it.
 * ``text`` -- a large ``nn.Embedding`` table, mean pooling and a linear head
   (fastText-style, Joulin et al. 2017): the embedding-heavy workload.
+* ``lm`` and ``hashed_rec`` -- a next-token language model and a recommender
+  with hashed feature embeddings; see :mod:`fl_node.sparse_models`.
 
 Factories take ``input_shape`` and ``num_classes`` plus their own keyword options.
 """
@@ -334,3 +336,7 @@ def split_fixed_features(model: nn.Module) -> tuple[nn.Module | None, nn.Module]
     if count == 0:
         return None, model
     return model[:count], model[count:]
+
+
+# Registers "lm" and "hashed_rec"; at the end, because that module imports register_model from here.
+from fl_node import sparse_models as _sparse_models  # noqa: E402,F401

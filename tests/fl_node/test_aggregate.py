@@ -226,6 +226,41 @@ def test_hybrid_result_does_not_depend_on_the_encoding():
     )
 
 
+def test_hybrid_rows_all_is_fedavg_computed_from_the_touched_rows():
+    global_state, updates = make_global(), make_updates()
+    hybrid, _ = get_strategy("hybrid", sparse_names=["embedding.weight"], rows="all").aggregate(
+        global_state, updates
+    )
+    fedavg, _ = get_strategy("fedavg").aggregate(global_state, updates)
+    for name in fedavg:
+        assert torch.allclose(hybrid[name].double(), fedavg[name].double(), atol=1e-6), name
+    touched, _ = get_strategy("hybrid", sparse_names=["embedding.weight"]).aggregate(global_state, updates)
+    assert not torch.allclose(touched["embedding.weight"], fedavg["embedding.weight"])  # the rules differ
+
+
+def test_hybrid_rows_all_keeps_untouched_rows_and_weights_by_samples():
+    global_state = {"emb": torch.ones(4, 2)}
+    first = SparseRows(torch.tensor([0, 2]), torch.tensor([[2.0, 2.0], [1.0, 1.0]]), (4, 2))
+    second = SparseRows(torch.tensor([2]), torch.tensor([[5.0, 5.0]]), (4, 2))
+    updates = [WeightedUpdate({"emb": first}, 1, "a"), WeightedUpdate({"emb": second}, 3, "b")]
+    new_state, _ = get_strategy("hybrid", rows="all").aggregate(global_state, updates)
+    expected = torch.tensor([[1.5, 1.5], [1.0, 1.0], [5.0, 5.0], [1.0, 1.0]])  # row 2: 1 + (1 + 15) / 4
+    assert torch.equal(new_state["emb"], expected)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"rows": "some"}, "hybrid rows must be one of"),
+        ({"sparse_names": "embedding.weight"}, "list of tensor names"),
+        ({"sparse_names": [""]}, "list of tensor names"),
+    ],
+)
+def test_hybrid_rejects_bad_parameters(params, message):
+    with pytest.raises(ValueError, match=message):
+        get_strategy("hybrid", **params)
+
+
 @pytest.mark.parametrize("name", ["fedadam", "fedyogi"])
 def test_server_optimizer_state_survives_serialization(name):
     global_state = make_global()

@@ -1,0 +1,180 @@
+"""fl_node.sparse: the per-tensor dense / delta-array choice, its policy, and what DP does to it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.codec import CodecError, SparseRows, content_hash, decode_update, encode_model, encode_update
+from fl_node.models import create_model
+from fl_node.sparse import (
+    Costs,
+    SparsePolicy,
+    choose_encodings,
+    decoded_encodings,
+    encode_for_job,
+    encode_with_policy,
+    measured_costs,
+    round_encodings,
+)
+from fl_node.text import lm_windows, topic_corpus
+from fl_node.train import TrainConfig, train_local
+
+# Fixed costs, so the choice does not depend on the machine the test runs on.
+FAST = Costs(copy_bytes_per_s=1e10, gather_bytes_per_s=1e10, link_bytes_per_s=1e7)
+
+
+def global_state() -> dict[str, torch.Tensor]:
+    return {
+        "embedding.weight": torch.zeros(1000, 16),
+        "head.weight": torch.zeros(4, 16),
+        "head.bias": torch.zeros(4),
+        "steps": torch.tensor(3),
+    }
+
+
+def update_touching(fraction: float, seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    embedding = torch.zeros(1000, 16)
+    rows = torch.randperm(1000, generator=generator)[: int(1000 * fraction)]
+    embedding[rows] = torch.randn(len(rows), 16, generator=generator)
+    return {
+        "embedding.weight": embedding,
+        "head.weight": torch.randn(4, 16, generator=generator),
+        "head.bias": torch.randn(4, generator=generator),
+    }
+
+
+def test_auto_sends_a_sparse_table_as_delta_and_dense_tensors_dense():
+    update = update_touching(0.02)
+    choices = choose_encodings(update, global_state(), SparsePolicy(), FAST)
+    assert choices["embedding.weight"].encoding == "delta"
+    assert choices["embedding.weight"].density == pytest.approx(0.02)
+    assert choices["head.weight"].encoding == "dense"
+    assert choices["head.bias"].encoding == "dense"  # 1-D: an index per value never pays
+    blob, _ = encode_with_policy(update, global_state(), SparsePolicy(), FAST)
+    decoded = decode_update(blob)
+    assert decoded_encodings(decoded) == {
+        "embedding.weight": "delta", "head.bias": "dense", "head.weight": "dense"
+    }  # fmt: skip
+    assert len(blob) < 0.05 * len(encode_update(update, allow_sparse=False))
+    assert torch.equal(decoded["embedding.weight"].densify(), update["embedding.weight"])
+
+
+def test_auto_sends_a_dense_table_dense_at_no_extra_bytes():
+    update = update_touching(1.0)
+    blob, choices = encode_with_policy(update, global_state(), SparsePolicy(), FAST)
+    assert {c.encoding for c in choices.values()} == {"dense"}
+    assert blob == encode_update(update, allow_sparse=False)
+
+
+def test_slow_gather_tips_a_near_break_even_table_to_dense():
+    update = update_touching(0.85)  # delta is smaller: 850 * (64 + 8) < 1000 * 64 bytes
+    fast_link = SparsePolicy(link_bytes_per_s=1e12)
+    assert choose_encodings(update, global_state(), fast_link, FAST)["embedding.weight"].encoding == "delta"
+    slow_gather = Costs(copy_bytes_per_s=1e10, gather_bytes_per_s=1e8, link_bytes_per_s=1e12)
+    choice = choose_encodings(update, global_state(), fast_link, slow_gather)["embedding.weight"]
+    assert choice.encoding == "dense"
+    assert choice.delta_bytes < choice.dense_bytes  # chosen by time, not bytes
+
+
+@pytest.mark.parametrize("encoding", ["auto", "dense", "delta"])
+def test_every_policy_is_lossless_and_aggregates_to_the_same_model(encoding):
+    state = global_state()
+    updates = [update_touching(0.05, seed) for seed in range(3)]
+    reference = None
+    for rule in ("touched", "all"):
+        strategy = get_strategy("hybrid", sparse_names=["embedding.weight"], rows=rule)
+        blobs = [encode_with_policy(u, state, SparsePolicy(encoding=encoding), FAST)[0] for u in updates]
+        decoded = [decode_update(b) for b in blobs]
+        for original, back in zip(updates, decoded, strict=True):
+            for name, value in original.items():
+                got = back[name].densify() if isinstance(back[name], SparseRows) else back[name]
+                assert torch.equal(got, value)
+        weighted = [WeightedUpdate(d, 10 + i, f"u{i}") for i, d in enumerate(decoded)]
+        model = encode_model(strategy.aggregate(state, weighted)[0])
+        dense_weighted = [WeightedUpdate(u, 10 + i, f"u{i}") for i, u in enumerate(updates)]
+        assert model == encode_model(strategy.aggregate(state, dense_weighted)[0])
+        reference = model if reference is None else reference
+
+
+def test_delta_policy_sends_every_matrix_as_delta_even_when_dense():
+    update = update_touching(1.0)
+    _, choices = encode_with_policy(update, global_state(), SparsePolicy(encoding="delta"), FAST)
+    assert choices["embedding.weight"].encoding == "delta"
+    assert choices["head.weight"].encoding == "delta"
+    assert choices["head.bias"].encoding == "dense"
+    assert choices["head.weight"].sent_bytes == 4 * (16 * 4 + 8)
+
+
+def test_dp_sgd_update_is_dense_and_auto_sends_every_noised_row():
+    corpus = topic_corpus(documents=20, vocab_size=300, num_topics=2, common_words=50, seed=1)
+    data = lm_windows(corpus.tokens, 4)
+    model = create_model(
+        "lm", input_shape=(4,), num_classes=300, vocab_size=300, embed_dim=8, hidden=8, seed=0
+    )
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    plain = train_local(model, state, data, TrainConfig(batch_size=16, local_steps=2, seed=0)).update
+    private = train_local(
+        model, state, data,
+        TrainConfig(batch_size=16, local_steps=2, noise_multiplier=1.0, grad_sample_mode="ew", seed=0),
+    ).update  # fmt: skip
+    plain_choice = choose_encodings(plain, state, SparsePolicy(), FAST)["embedding.weight"]
+    assert plain_choice.density < 0.5  # without noise only the rows of seen tokens change
+    for encoding in ("auto", "delta"):
+        blob, choices = encode_with_policy(private, state, SparsePolicy(encoding=encoding), FAST)
+        assert choices["embedding.weight"].density == 1.0  # noise on every row, seen or not
+        assert choices["output.weight"].density == 1.0
+        decoded = decode_update(blob)
+        table = decoded["embedding.weight"]
+        table = table.densify() if isinstance(table, SparseRows) else table
+        assert torch.equal(table, private["embedding.weight"])  # no noised row dropped
+    assert choose_encodings(private, state, SparsePolicy(), FAST)["embedding.weight"].encoding == "dense"
+
+
+def test_encode_for_job_matches_encode_with_policy_and_is_deterministic_given_costs():
+    update = update_touching(0.1)
+    blob, _ = encode_with_policy(update, global_state(), SparsePolicy(), measured_costs())
+    assert encode_for_job(update, global_state(), SparsePolicy()) == blob
+    assert content_hash(blob) == content_hash(encode_update(update))  # auto = the canonical choice here
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"encoding": "sparse"}, "update encoding must be one of"),
+        ({"link_bytes_per_s": 0}, "link_bytes_per_s"),
+        ({"link_bytes_per_s": float("inf")}, "link_bytes_per_s"),
+        ({"link_bytes_per_s": "fast"}, "link_bytes_per_s"),
+    ],
+)
+def test_policy_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SparsePolicy(**kwargs)
+
+
+def test_updates_that_do_not_match_the_global_model_are_refused():
+    with pytest.raises(CodecError, match="not in the global model"):
+        choose_encodings({"other": torch.zeros(2, 2)}, global_state(), SparsePolicy(), FAST)
+    with pytest.raises(CodecError, match="has shape"):
+        choose_encodings({"embedding.weight": torch.zeros(10, 16)}, global_state(), SparsePolicy(), FAST)
+
+
+def test_pinned_codec_encodings_are_checked():
+    update = update_touching(0.1)
+    with pytest.raises(CodecError, match="unknown encoding"):
+        encode_update(update, encodings={"head.weight": "zip"})
+    with pytest.raises(CodecError, match="sparse rows need 2 or more dims"):
+        encode_update(update, encodings={"head.bias": "sparse_rows"})
+    with pytest.raises(CodecError, match="does not hold"):
+        encode_update(update, encodings={"nothing": "dense"})
+
+
+def test_round_encodings_counts_choices_and_mean_density():
+    state = global_state()
+    sparse = decode_update(encode_with_policy(update_touching(0.02), state, SparsePolicy(), FAST)[0])
+    dense = decode_update(encode_with_policy(update_touching(1.0), state, SparsePolicy(), FAST)[0])
+    summary = round_encodings([sparse, dense])
+    assert summary["embedding.weight"] == {"dense": 1, "delta": 1, "density": pytest.approx(0.51)}
+    assert summary["head.bias"]["dense"] == 2
