@@ -101,7 +101,7 @@ class PeerClient:
         signer: RequestSigner,
         *,
         receiver: str,
-        allow_private: bool = True,
+        allow_private: bool = False,
         timeout_s: float = 30.0,
         connect_timeout_s: float = 3.0,
     ) -> None:
