@@ -5,9 +5,15 @@ would reject it, plus what only this project knows: every variable a node is giv
 the settings read, and every management command the services run exists.
 """
 
+import os
 import re
+import secrets
 import shlex
+import signal
+import subprocess
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -73,3 +79,163 @@ def test_secrets_come_from_the_environment():
 def test_dockerfile_pins_the_cpu_torch_wheel():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in dockerfile
+
+
+# ----------------------------------------------------------------------------- isolation (issue 13)
+
+NETWORKS = COMPOSE.get("networks", {})
+ORGS = ("a", "b", "c")
+NODE_SERVICES = {name: s for name, s in SERVICES.items() if s.get("build")}
+
+
+def _networks(service: dict) -> list[str]:
+    networks = service.get("networks", ["default"])
+    return list(networks) if isinstance(networks, dict | list) else [networks]
+
+
+def _org_of(name: str, service: dict) -> str:
+    return service["environment"]["DEFL_NODE_NAME"].removeprefix("org-")
+
+
+def test_the_chain_is_published_nowhere_and_sits_on_internal_networks_only():
+    chain = SERVICES["chain"]
+    assert not chain.get("ports") and not chain.get("expose"), "the chain's RPC must not be published"
+    assert chain.get("network_mode") is None
+    for network in _networks(chain):
+        assert NETWORKS.get(network, {}).get("internal") is True, f"the chain is on non-internal {network}"
+    published = [p for s in SERVICES.values() for p in s.get("ports", [])]
+    assert not any(str(p).split(":")[-1].split("/")[0] == "8545" for p in published)
+
+
+def test_only_the_node_web_servers_publish_a_port():
+    publishing = {name for name, s in SERVICES.items() if s.get("ports")}
+    assert publishing == {"node-a", "node-b", "node-c"}
+    for name in publishing:
+        assert all(str(p).endswith(":8000") for p in SERVICES[name]["ports"])
+    for name, service in SERVICES.items():  # internal networks cannot carry published ports
+        if name not in publishing:
+            assert all(NETWORKS.get(n, {}).get("internal") for n in _networks(service)), name
+
+
+def test_each_organization_has_its_own_database_user_and_database():
+    users = {}
+    for name, service in NODE_SERVICES.items():
+        url = urlsplit(service["environment"]["DATABASE_URL"])
+        org = _org_of(name, service)
+        assert url.username == f"defl_{org}" and url.username != "root", f"{name} connects as {url.username}"
+        assert url.path == f"/defl_{org}"
+        assert url.password == f"${{ORG_{org.upper()}_DB_PASSWORD}}", f"{name}: the password comes from .env"
+        users.setdefault(org, set()).add(url.username)
+    assert sorted(users) == list(ORGS) and len({u for s in users.values() for u in s}) == len(ORGS)
+    mariadb = SERVICES["mariadb"]["environment"]
+    assert mariadb["DEFL_ORGS"].split() == list(ORGS)
+    for org in ORGS:
+        assert mariadb[f"ORG_{org.upper()}_DB_PASSWORD"].startswith(f"${{ORG_{org.upper()}_DB_PASSWORD:?")
+
+
+def test_each_organization_has_its_own_password_protected_redis():
+    for name, service in NODE_SERVICES.items():
+        org = _org_of(name, service)
+        url = urlsplit(service["environment"]["CELERY_BROKER_URL"])
+        assert url.hostname == f"redis-{org}"
+        assert url.password == f"${{ORG_{org.upper()}_REDIS_PASSWORD}}", (
+            f"{name} uses Redis without a password"
+        )
+        assert f"org-{org}" in _networks(service)
+    for org in ORGS:
+        redis = SERVICES[f"redis-{org}"]
+        assert redis["environment"]["REDIS_PASSWORD"].startswith(f"${{ORG_{org.upper()}_REDIS_PASSWORD:?")
+        assert "requirepass" in " ".join(_command(redis))
+        assert _networks(redis) == [f"org-{org}"] and NETWORKS[f"org-{org}"]["internal"] is True
+        members = {n for n, s in SERVICES.items() if f"org-{org}" in _networks(s)}
+        assert all(n.endswith(f"-{org}") or n == "deploy" and org == "a" for n in members), members
+
+
+def test_no_service_runs_with_the_insecure_secret_opt_in():
+    for name, service in NODE_SERVICES.items():
+        assert "DEFL_ALLOW_INSECURE_SECRET" not in service["environment"], name
+        assert service["environment"]["DJANGO_SECRET_KEY"].startswith("${ORG_"), name
+
+
+def test_every_web_server_migrates_its_database_before_serving():
+    for org in ORGS:
+        script = _command(SERVICES[f"node-{org}"])[-1]
+        assert script.startswith("python manage.py migrate --noinput && exec gunicorn backend.wsgi")
+
+
+# -------------------------------------------------------------- the init script and Redis, for real
+
+
+@pytest.mark.integration
+def test_the_mariadb_init_script_creates_users_confined_to_their_own_database():
+    MySQLdb = pytest.importorskip("MySQLdb")
+    run = secrets.token_hex(3)
+    orgs = [f"h3t{run}x", f"h3t{run}y"]
+    passwords = {org: f"pw'{secrets.token_urlsafe(8)}\\end" for org in orgs}  # quote and backslash
+    env = {
+        **os.environ,
+        "DEFL_ORGS": " ".join(orgs),
+        "MARIADB_CLIENT": "mariadb -h127.0.0.1 -P3306 -uroot",
+        "MARIADB_ROOT_PASSWORD": "",
+        **{f"ORG_{org.upper()}_DB_PASSWORD": pw for org, pw in passwords.items()},
+    }
+    root = MySQLdb.connect(host="127.0.0.1", port=3306, user="root")
+    try:
+        subprocess.run(["bash", str(ROOT / "deploy" / "mariadb-init.sh")], env=env, check=True, timeout=60)
+        mine, theirs = orgs
+        own = MySQLdb.connect(host="127.0.0.1", port=3306, user=f"defl_{mine}", passwd=passwords[mine])
+        cursor = own.cursor()
+        cursor.execute(f"CREATE TABLE `defl_{mine}`.t (x INT)")  # its own database: full use
+        cursor.execute(f"INSERT INTO `defl_{mine}`.t VALUES (1)")
+        for statement in (f"SELECT 1 FROM `defl_{theirs}`.dummy", f"CREATE TABLE `defl_{theirs}`.t (x INT)"):
+            with pytest.raises(MySQLdb.OperationalError) as refused:
+                cursor.execute(statement)
+            assert refused.value.args[0] in (1044, 1142), refused.value  # access denied
+        with pytest.raises(MySQLdb.OperationalError):
+            MySQLdb.connect(host="127.0.0.1", port=3306, user=f"defl_{mine}", passwd="wrong")
+        own.close()
+        # Idempotent: a second run changes nothing and fails on nothing.
+        subprocess.run(["bash", str(ROOT / "deploy" / "mariadb-init.sh")], env=env, check=True, timeout=60)
+        missing = {**env, f"ORG_{mine.upper()}_DB_PASSWORD": ""}
+        refused_run = subprocess.run(
+            ["bash", str(ROOT / "deploy" / "mariadb-init.sh")], env=missing, capture_output=True, text=True
+        )
+        assert refused_run.returncode != 0 and "is not set" in refused_run.stderr
+    finally:
+        cursor = root.cursor()
+        for org in orgs:
+            cursor.execute(f"DROP DATABASE IF EXISTS `defl_{org}`")
+            cursor.execute(f"DROP USER IF EXISTS 'defl_{org}'@'%'")
+        root.close()
+
+
+@pytest.mark.integration
+def test_the_redis_command_requires_the_password_and_keeps_it_out_of_argv():
+    from backend.ledger.anvil import free_port
+
+    port = free_port()
+    password = secrets.token_urlsafe(16)
+    script = _command(SERVICES["redis-a"])[-1].replace("$$", "$")
+    script = script.replace("redis-server -", f"redis-server - --port {port} --bind 127.0.0.1")
+    server = subprocess.Popen(
+        ["sh", "-c", script],
+        env={**os.environ, "REDIS_PASSWORD": password},
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        client = ["redis-cli", "-p", str(port), "--no-auth-warning"]
+        for _ in range(100):
+            reply = subprocess.run([*client, "PING"], capture_output=True, text=True).stdout
+            if reply.strip():
+                break
+            time.sleep(0.1)
+        assert "NOAUTH" in reply, reply
+        assert subprocess.run(
+            [*client, "-a", password, "PING"], capture_output=True, text=True
+        ).stdout.strip() == ("PONG")
+        processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert password not in processes
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
