@@ -40,6 +40,9 @@ class Dataset(models.Model):
     tx_hash = models.CharField(max_length=80, blank=True)
     epsilon_cap = models.FloatField()
     delta = models.FloatField()
+    # Declared at registration (and on chain): committee scores on this dataset's hold-out splits
+    # are released exactly, without noise or charge; those records get no DP from the scores.
+    public_holdout = models.BooleanField(default=False)
     # Datasets sharing records share a budget (see BudgetGroup); null only until the first charge
     # of a dataset created without an upload (tests, migrated rows without record hashes).
     budget_group = models.ForeignKey(

@@ -25,6 +25,13 @@ class DatasetUploadSerializer(serializers.Serializer):
     )
     delta = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="the delta of (epsilon, delta)-DP")
 
+    public_holdout = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="declare (on chain) that committee scores on this dataset's hold-out splits may be "
+        "released exactly: no noise and no charge, so those records get no privacy from the scores",
+    )
+
     def validate_epsilon_cap(self, value: float) -> float:
         if value <= 0:
             raise serializers.ValidationError("must be greater than 0")
@@ -103,6 +110,7 @@ class DatasetSerializer(serializers.ModelSerializer):
             "onchain_id",
             "tx_hash",
             "status",
+            "public_holdout",
             "replication",
             "budget",
             "created",

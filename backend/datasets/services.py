@@ -12,6 +12,7 @@ local save (which cannot conflict after the checks) follows it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from backend.ledger import models as mirror
 from backend.ledger.errors import ContractRevert
 
 logger = logging.getLogger(__name__)
+PUBLIC_HOLDOUT_DOMAIN = b"defl-public-holdout-v1\n"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class Upload:
     delta: float
     label_column: str = ""
     classes: tuple[str, ...] = ()
+    public_holdout: bool = False
 
 
 def parse_upload(upload: Upload) -> CanonicalDataset:
@@ -68,6 +71,7 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
                 schema_hash=canonical.schema_hash,
                 samples=canonical.num_samples,
                 epsilon_cap=upload.epsilon_cap,
+                **_holdout_declaration(upload, canonical),
             )
         except ContractRevert as exc:
             if exc.error != "DuplicateDataset":
@@ -84,6 +88,14 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
         # record that no local row points to, which is harmless: it holds no key.
         _discard_quietly(reference)
         raise
+
+
+def _holdout_declaration(upload: Upload, canonical) -> dict:
+    """The public hold-out declaration for the chain: a hash bound to these records, or nothing."""
+    if not upload.public_holdout:
+        return {}
+    digest = hashlib.sha256(PUBLIC_HOLDOUT_DOMAIN + bytes.fromhex(canonical.content_hash)).hexdigest()
+    return {"public_holdout_hash": digest}
 
 
 def check_delta(delta: float, records: int, *, field: str) -> None:
@@ -137,6 +149,7 @@ def _save_dataset(upload, canonical, reference, registration, owner, digests) ->
                 tx_hash=registration.tx_hash if registration else "",
                 epsilon_cap=upload.epsilon_cap,
                 delta=upload.delta,
+                public_holdout=upload.public_holdout,
             )
             overlap.join_budget_group(dataset, digests)
             return dataset

@@ -66,6 +66,7 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             delta=data["delta"],
             label_column=data["label_column"],
             classes=data["classes"],
+            public_holdout=data["public_holdout"],
         )
         dataset = services.create_dataset(upload, owner=request.user)
         return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)

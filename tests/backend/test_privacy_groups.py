@@ -156,3 +156,18 @@ def test_the_chain_refusing_the_same_records_is_a_400(provider, on_chain):
     assert response.status_code == 400, response.content
     assert f"already registered as dataset {onchain_id} on chain" in response.json()["detail"]
     assert not Dataset.objects.exists()
+
+
+def test_a_public_holdout_is_declared_on_chain_bound_to_the_records(provider, on_chain):
+    x, y = _records(12)
+    declared = _upload(provider, x, y, public_holdout="true")
+    assert declared.status_code == 201, declared.content
+    body = declared.json()
+    assert body["public_holdout"] is True
+    on_record = on_chain["ledger"].data.get_dataset(int(body["onchain_id"]))
+    expected = hashlib.sha256(b"defl-public-holdout-v1\n" + bytes.fromhex(body["content_hash"])).digest()
+    assert bytes(on_record.public_holdout_hash) == expected
+
+    plain = _upload(provider, *_records(13), name="private").json()
+    assert plain["public_holdout"] is False
+    assert not on_chain["ledger"].data.get_dataset(int(plain["onchain_id"])).has_public_holdout
