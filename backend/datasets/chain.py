@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.api.errors import InvalidInput
 from backend.nodes import ledger_access
 from backend.nodes.ledger_access import LedgerMissing
 
@@ -49,6 +50,11 @@ def register_dataset(
     already registered (the same content hash) raise ``ledger_errors.DuplicateDataset`` with the
     existing id in ``args_["existingId"]``.
     """
+    if not 0 < epsilon_cap <= MAX_EPSILON_CAP:  # NaN too: the chain would refuse it, say why first
+        raise InvalidInput(
+            f"epsilon_cap must be in (0, {MAX_EPSILON_CAP:g}]: the chain refuses larger privacy caps",
+            field="epsilon_cap",
+        )
     ledger = ledger_access.node_ledger()
     if ledger is None:
         return None
