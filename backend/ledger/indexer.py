@@ -97,11 +97,17 @@ class EventIndexer:
         *,
         confirmations: int = 0,
         batch_blocks: int = 2_000,
+        max_logs: int = 10_000,
     ):
         self.client = client
         self.deployment = deployment
         self.confirmations = confirmations
         self.batch_blocks = batch_blocks
+        # Anyone who pays the gas can fill blocks with events: a range that returned more than
+        # ``max_logs`` logs is halved for the next request (down to one block), and grows back
+        # while ranges are quiet, so a flood costs the attacker gas and the node only time.
+        self.max_logs = max_logs
+        self._span = batch_blocks
         self.addresses = list(deployment.addresses.values())
         self.cursor_key = f"{deployment.chain_id}:{deployment.address('NodeRegistry')}"
 
@@ -120,8 +126,13 @@ class EventIndexer:
         seen = new = rejected = 0
         block = start
         while block <= head:
-            end = min(head, block + self.batch_blocks - 1)
-            batch = self.store_logs(self.client.get_logs(self.addresses, block, end), end)
+            end = min(head, block + self._span - 1)
+            logs = self.client.get_logs(self.addresses, block, end)
+            if len(logs) > self.max_logs:
+                self._span = max(1, self._span // 2)
+            elif len(logs) <= self.max_logs // 4:
+                self._span = min(self.batch_blocks, self._span * 2)
+            batch = self.store_logs(logs, end)
             seen, new, rejected = seen + batch.events, new + batch.new_events, rejected + batch.rejected
             block = end + 1
         return IndexResult(start, max(head, start - 1), seen, new, rejected)

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIG_ID = 2**200  # a job id near 2^200 (spendPrivacy)
 U64_MAX = 2**64 - 1  # deadlines, sample counts, totals at or above 2^63
 CAP_1E13 = 10**13 * 10**6  # an epsilon cap of 1e13, in micro-epsilon (> 2^63)
-BAD_NAME = b"\xff\xfe\xc3(" + b"N" * 10_000  # not UTF-8, and 10 KB long
+# not UTF-8, a NUL (some databases refuse it), a 4-byte character (MariaDB's 3-byte "utf8" would
+# refuse it), and 10 KB long
+BAD_NAME = b"\xff\xfe\xc3(" + "\U0001f980".encode() + b"\x00" + b"N" * 10_000
 CRAFTED_JOB = 2**63 + 7
 
 

@@ -137,3 +137,31 @@ def test_events_api_shows_rejections_and_filters_on_status(monkeypatch):
     assert [e["name"] for e in client.get("/api/events?limit=1").json()] == ["PrivacySpent"]
     response = client.get("/api/events?status=lost")
     assert response.status_code == 400 and "status" in response.json()["errors"]
+
+
+@pytest.mark.django_db
+def test_a_flood_of_events_shrinks_the_ranges_requested_and_loses_none(federation, monkeypatch):
+    """Attack class: event flood (blocks filled with events, to exhaust a node's memory when it
+    fetches a range of them at once): the next ranges are smaller; every event is mirrored."""
+    client = federation[0].client
+    for i in range(6):
+        federation[1 + i % 4].nodes.update_endpoint(f"http://flood-{i}.test")
+    head = client.block_number()
+    deployment = federation[0].deployment
+    total = len(client.get_logs(list(deployment.addresses.values()), deployment.block, head))
+    requested: list[tuple[int, int, int]] = []
+    get_logs = client.get_logs
+
+    def counted(addresses, start, end):
+        logs = get_logs(addresses, start, end)
+        requested.append((start, end, len(logs)))
+        return logs
+
+    monkeypatch.setattr(client, "get_logs", counted)
+    span = max(4, (head - deployment.block) // 3)  # several ranges to the head at full size
+    result = EventIndexer(client, deployment, batch_blocks=span, max_logs=2).sync(head)
+    assert result.new_events == total == models.ChainEvent.objects.count()
+    spans = [end - start + 1 for start, end, _ in requested]
+    assert spans[0] == span and requested[0][2] > 2
+    assert spans[1] == span // 2  # a crowded range halves the next
+    assert len(requested) > 3 and requested[-1][1] == head
