@@ -48,7 +48,9 @@ EXPLANATION = (
     "Totals compose every release with the RDP accountant, so they are less than the sum of the "
     "jobs' epsilons; reserved releases count against the cap at once and are shown apart."
 )
-MAX_ROUND = 2**32 - 1
+MAX_ROUND = 2**31 - 1  # PositiveIntegerField on every backend
+MAX_STEPS = 2**31 - 1
+MAX_JOB_LENGTH = 80
 _COUNTED = (PrivacyRelease.Status.RELEASED, PrivacyRelease.Status.WITHHELD)
 _LOCK_ATTEMPTS = 8
 
@@ -170,6 +172,10 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
         raise InvalidInput(f"a release is charged with a ReleasePlan, got {type(plan).__name__}")
     round_ = _check_round(round_)
     job = str(job)
+    if not 0 < len(job) <= MAX_JOB_LENGTH:
+        raise InvalidInput(f"a job id has 1 to {MAX_JOB_LENGTH} characters")
+    if plan.steps > MAX_STEPS:  # the column's bound; no real release comes near it
+        raise InvalidInput(f"a release has at most {MAX_STEPS} steps, got {plan.steps}")
     terms = _lock_budget(dataset)
     history = compose(_group_releases(terms))
     ledger = BudgetLedger(epsilon_cap=terms.epsilon_cap, delta=terms.delta, history=history)

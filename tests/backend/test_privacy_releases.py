@@ -98,11 +98,20 @@ def test_settling_is_idempotent_but_never_reopens_or_unpublishes():
     assert dataset.releases.get().status == "released"
 
 
-@pytest.mark.parametrize("round_", [-1, 2**32, "1", 1.5, True])
+@pytest.mark.parametrize("round_", [-1, 2**31, "1", 1.5, True])
 def test_a_bad_round_is_refused(round_):
     dataset = _dataset()
     with pytest.raises(InvalidInput):
         budget.reserve_release(dataset, 1, round_, TRAIN)
+    assert not dataset.releases.exists()
+
+
+def test_a_job_id_or_a_step_count_past_the_columns_is_refused():
+    dataset = _dataset()
+    with pytest.raises(InvalidInput):
+        budget.reserve_release(dataset, "9" * 81, 1, TRAIN)
+    with pytest.raises(InvalidInput):
+        budget.reserve_release(dataset, 1, 1, ReleasePlan("dp_sgd", 1e9, 0.01, 2**31))
     assert not dataset.releases.exists()
 
 
