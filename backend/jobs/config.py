@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from fl_node.aggregate import get_strategy
 from fl_node.models import available_models, create_model
 from fl_node.privacy import UpdateGaussianMechanism, calibrate_noise
+from fl_node.sparse import ENCODINGS, SparsePolicy
 from fl_node.train import TrainConfig
 
 VERSION = "defl-job/1"
@@ -44,6 +45,17 @@ class DPConfig:
 
 
 @dataclass(frozen=True)
+class SparseConfig:
+    """How trainers encode their updates (fl_node.sparse): dense or delta arrays, chosen per tensor."""
+
+    encoding: str = "auto"  # "auto": by measured density and cost each round; "dense"; "delta"
+    link_mbit: float = 100.0  # the link the cost model assumes
+
+    def policy(self) -> SparsePolicy:
+        return SparsePolicy(encoding=self.encoding, link_bytes_per_s=self.link_mbit * 125_000)
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     model: str
@@ -59,6 +71,7 @@ class JobConfig:
     strategy_params: dict = field(default_factory=dict)
     model_options: dict = field(default_factory=dict)
     dp: DPConfig = field(default_factory=DPConfig)
+    sparse: SparseConfig = field(default_factory=SparseConfig)
     committee_size: int = 2
     top_k: int = 3
     min_trainers: int = 2
@@ -101,6 +114,12 @@ class JobConfig:
             )
             _check(0 < dp.delta < 1, "dp.delta", "must be between 0 and 1 (exclusive)")
             _check(_positive(dp.max_grad_norm), "dp.max_grad_norm", "must be a positive number")
+        _check(self.sparse.encoding in ENCODINGS, "sparse.encoding", f"must be one of {', '.join(ENCODINGS)}")
+        _check(
+            _positive(self.sparse.link_mbit) and self.sparse.link_mbit <= 8e6,
+            "sparse.link_mbit",
+            "must be a positive number of Mbit/s, at most 8e6",
+        )
         try:
             get_strategy(self.strategy, **self.strategy_params)
         except ValueError as exc:
@@ -109,13 +128,17 @@ class JobConfig:
     # ------------------------------------------------------------------ encoding
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+        data = asdict(self)
+        if self.sparse == SparseConfig():
+            del data["sparse"]  # implied: configurations from before the field keep their bytes
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
     @classmethod
     def from_dict(cls, data: dict) -> JobConfig:
         data = dict(data)
         data["input_shape"] = tuple(data["input_shape"])
         data["dp"] = DPConfig(**data.get("dp", {}))
+        data["sparse"] = SparseConfig(**data.get("sparse", {}))
         return cls(**data)
 
     @classmethod

@@ -25,7 +25,8 @@ from backend.jobs.models import RoundAction
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
-from fl_node.codec import content_hash, encode_update
+from fl_node.codec import content_hash
+from fl_node.sparse import encode_for_job
 from fl_node.train import plan_round, train_local
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAct
     if attack and attack.poison_update:
         update = attack.poison_update(update, torch.Generator().manual_seed(seed))
 
-    blob = encode_update(update)
+    blob = encode_for_job(update, global_state, config.sparse.policy())
     reference = blobs.put(ctx, blob)
     if spending is not None:
         # Nothing trained on the data leaves this node before the chain recorded its privacy
