@@ -1,0 +1,76 @@
+"""The job's sparse policy (backend.jobs.config.SparseConfig, plain Python): validated, canonical, compatible."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
+from fl_node.sparse import SparsePolicy
+
+
+def config(**fields) -> JobConfig:
+    base = {
+        "name": "lm",
+        "model": "mlp",
+        "input_shape": (4,),
+        "num_classes": 2,
+        "schema_hash": "00",
+        "rounds": 2,
+        "dp": DPConfig("none"),
+    }
+    return JobConfig(**(base | fields))
+
+
+def test_default_policy_is_auto_and_omitted_so_older_configurations_keep_their_bytes():
+    plain = config()
+    assert plain.sparse.policy() == SparsePolicy(encoding="auto", link_bytes_per_s=12.5e6)
+    assert "sparse" not in json.loads(plain.to_bytes())
+    assert JobConfig.from_bytes(plain.to_bytes()) == plain
+
+
+def test_a_chosen_policy_round_trips_and_reaches_the_trainer():
+    chosen = config(sparse=SparseConfig(encoding="delta", link_mbit=1000.0))
+    again = JobConfig.from_bytes(chosen.to_bytes())
+    assert again.sparse == SparseConfig("delta", 1000.0)
+    assert again.sparse.policy().link_bytes_per_s == 125e6
+
+
+def test_a_spelled_out_default_is_not_canonical():
+    data = json.loads(config().to_bytes())
+    data["sparse"] = {"encoding": "auto", "link_mbit": 100.0}
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(ConfigError, match="canonical"):
+        JobConfig.from_bytes(blob)
+
+
+@pytest.mark.parametrize(
+    "sparse, field",
+    [
+        ({"encoding": "zip"}, "sparse.encoding"),
+        ({"link_mbit": 0}, "sparse.link_mbit"),
+        ({"link_mbit": float("nan")}, "sparse.link_mbit"),
+        ({"link_mbit": 1e9}, "sparse.link_mbit"),
+    ],
+)
+def test_bad_policies_name_their_field(sparse, field):
+    with pytest.raises(ConfigError) as error:
+        config(sparse=SparseConfig(**sparse))
+    assert error.value.field == field
+
+
+def test_a_hostile_sparse_entry_is_a_config_error():
+    data = json.loads(config().to_bytes())
+    for hostile in (["auto"], "auto", {"encoding": "auto", "extra": 1}):
+        blob = json.dumps(data | {"sparse": hostile}, sort_keys=True, separators=(",", ":")).encode()
+        with pytest.raises(ConfigError):
+            JobConfig.from_bytes(blob)
+
+
+def test_hybrid_row_rule_is_validated_with_the_strategy():
+    ok = config(strategy="hybrid", strategy_params={"sparse_names": ["0.weight"], "rows": "all"})
+    assert JobConfig.from_bytes(ok.to_bytes()).strategy_params["rows"] == "all"
+    with pytest.raises(ConfigError) as error:
+        config(strategy="hybrid", strategy_params={"rows": "some"})
+    assert error.value.field == "strategy"
