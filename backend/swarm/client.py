@@ -115,7 +115,6 @@ class PeerClient:
         self.timeout_s = timeout_s
         self.timeout = (connect_timeout_s, timeout_s)
         self.session = requests.Session()
-        self.session.max_redirects = 0
         self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
         self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
 

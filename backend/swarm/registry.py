@@ -59,6 +59,7 @@ class LedgerPeerDirectory:
     ) -> None:
         self._read = read_members
         self.allow_private = allow_private
+        self._refused: set[tuple[str, str]] = set()  # warned about once each
         self.ttl_s = ttl_s
         self.retry_s = retry_s
         self._clock = clock
@@ -106,7 +107,9 @@ class LedgerPeerDirectory:
         try:
             check_url(endpoint, allow_private=self.allow_private)
         except EndpointRefused as exc:
-            logger.warning("not dialling member %s: %s", address, exc)
+            if (address, endpoint) not in self._refused:
+                self._refused.add((address, endpoint))
+                logger.warning("not dialling member %s: %s", address, exc)
             return ""
         return endpoint
 
