@@ -39,9 +39,16 @@ logger = logging.getLogger(__name__)
 _VALUE_ERROR_CODES = frozenset({1264, 1265, 1266, 1267, 1292, 1366, 1406, 3140})
 
 
+class StoredElsewhere(IntegrityError):
+    """Another process (a node's agent and worker both index) stored this event meanwhile: not
+    the event's fault; the batch is abandoned and the next pass finds the event stored."""
+
+
 def is_event_fault(exc: BaseException) -> bool:
     """True when storing an event failed because of the event (reject it), False when the
     database or this process is at fault (keep the cursor, retry the batch later)."""
+    if isinstance(exc, StoredElsewhere):
+        return False
     if isinstance(exc, projections.Rejected | DataError | IntegrityError):
         return True
     if isinstance(exc, OperationalError):
@@ -165,7 +172,7 @@ class EventIndexer:
             event = None
             try:
                 event = self.client.decoder.decode(log)
-                if event is not None:
+                if event is not None and (event.tx_hash, event.log_index) not in raw:
                     events.append(projections.bounded(event))
                     raw[(event.tx_hash, event.log_index)] = log
             except Exception as exc:  # noqa: BLE001 - whatever a log holds, it is that log's fault
@@ -211,7 +218,7 @@ class EventIndexer:
             for event in fresh:
                 try:
                     with transaction.atomic():
-                        _row(event).save(force_insert=True)
+                        _insert(event)
                         projections.apply(event)
                     stored += 1
                 except Exception as exc:
@@ -237,6 +244,16 @@ class EventIndexer:
             )
             known.update(rows)
         return known
+
+
+def _insert(event: DecodedEvent) -> None:
+    # The chain gives each log one (tx hash, log index), and store_logs drops repeats: a
+    # conflict on it is a concurrent indexer's row, not something this event did.
+    try:
+        with transaction.atomic():
+            _row(event).save(force_insert=True)
+    except IntegrityError as exc:
+        raise StoredElsewhere(f"{event.tx_hash}:{event.log_index} stored by another process") from exc
 
 
 def _row(e: DecodedEvent) -> ChainEvent:

@@ -165,3 +165,23 @@ def test_a_flood_of_events_shrinks_the_ranges_requested_and_loses_none(federatio
     assert spans[0] == span and requested[0][2] > 2
     assert spans[1] == span // 2  # a crowded range halves the next
     assert len(requested) > 3 and requested[-1][1] == head
+
+
+@pytest.mark.django_db
+def test_events_another_indexer_stored_meanwhile_are_not_rejected(federation, monkeypatch):
+    """A node's agent and worker both index: a conflict on an event's (tx hash, log index) means
+    the other process stored it. The batch is abandoned for the next pass (which finds it
+    stored), and no event is recorded as rejected."""
+    from backend.ledger.indexer import StoredElsewhere
+
+    indexer = _indexer(federation)
+    indexer.sync()
+    block = indexer.last_block()
+    logs = [_endpoint_log(federation, block, 0, "http://first.test")]
+    indexer.store_logs(logs, block)
+    monkeypatch.setattr(EventIndexer, "_known", staticmethod(lambda hashes: set()))  # not seen yet
+    with pytest.raises(StoredElsewhere):
+        indexer.store_logs(logs + logs, block)  # a repeated log is stored once, not a conflict
+    assert not models.RejectedEvent.objects.exists()
+    monkeypatch.undo()
+    assert indexer.store_logs(logs, block).new_events == 0

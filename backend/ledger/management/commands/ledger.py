@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from backend.ledger import factory
 from backend.ledger.errors import LedgerError
+from backend.ledger.models import RejectedEvent
 
 
 class Command(BaseCommand):
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         if confirmations is not None:
             indexer.confirmations = confirmations
         report = lambda r: self.stdout.write(  # noqa: E731
-            f"blocks {r.from_block}..{r.to_block}: {r.events} events, {r.new_events} new"
+            f"blocks {r.from_block}..{r.to_block}: {r.events} events, {r.new_events} new, {r.rejected} rejected"
         )
         if not follow:
             report(indexer.sync())
@@ -65,5 +66,6 @@ class Command(BaseCommand):
             "member": ledger.nodes.is_member(ledger.client.address),
             "contracts": ledger.deployment.addresses,
             "indexed_block": indexer.last_block(),
+            "rejected_events": RejectedEvent.objects.count(),
         }
         self.stdout.write(json.dumps(status, indent=2))
