@@ -30,6 +30,9 @@ from backend.ledger.errors import ContractRevert
 
 logger = logging.getLogger(__name__)
 PUBLIC_HOLDOUT_DOMAIN = b"defl-public-holdout-v1\n"
+# A record can be 2 bytes of npz, so the upload size alone would let tens of millions of record
+# hashes into the database; 1,000,000 is far above any dataset this node trains on in memory.
+MAX_RECORDS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,12 @@ def parse_upload(upload: Upload) -> CanonicalDataset:
 
 def create_dataset(upload: Upload, owner=None) -> Dataset:
     canonical = parse_upload(upload)
+    if canonical.num_samples > MAX_RECORDS:
+        raise InvalidInput(
+            f"the dataset has {canonical.num_samples} records; a node takes at most {MAX_RECORDS} per "
+            "dataset (each record's hash is kept to find overlapping datasets)",
+            field="file",
+        )
     check_delta(upload.delta, canonical.num_samples, field="delta")
     _refuse_registered_records(canonical)
     digests = overlap.keyed_digests(canonical.record_digests)

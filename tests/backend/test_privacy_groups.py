@@ -171,3 +171,12 @@ def test_a_public_holdout_is_declared_on_chain_bound_to_the_records(provider, on
     plain = _upload(provider, *_records(13), name="private").json()
     assert plain["public_holdout"] is False
     assert not on_chain["ledger"].data.get_dataset(int(plain["onchain_id"])).has_public_holdout
+
+
+def test_a_dataset_past_the_record_limit_is_refused(provider, monkeypatch):
+    from backend.datasets import services
+
+    monkeypatch.setattr(services, "MAX_RECORDS", 19)
+    response = _upload(provider, *_records(14))  # 20 records
+    assert response.status_code == 400 and "at most 19" in response.json()["detail"]
+    assert not Dataset.objects.exists() and not RecordHash.objects.exists()
