@@ -18,6 +18,7 @@ batch, which is retried on the next pass.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,12 +152,22 @@ class EventIndexer:
         stop: threading.Event | None = None,
         on_result: Callable[[IndexResult], None] | None = None,
     ) -> None:
-        """Sync forever (or until ``stop`` is set), sleeping ``interval`` between passes."""
+        """Sync forever (or until ``stop`` is set), sleeping ``interval`` between passes.
+
+        No event raises here (they are rejected); what does is the chain or the database being
+        away, or another process storing the same batch: logged, and the next pass retries.
+        """
         stop = stop or threading.Event()
         while not stop.is_set():
-            result = self.sync()
-            if on_result:
-                on_result(result)
+            try:
+                result = self.sync()
+            except Exception:
+                logger.exception(
+                    "indexing failed at block %s; retrying in %ss", self.last_block() + 1, interval
+                )
+            else:
+                if on_result:
+                    on_result(result)
             stop.wait(interval)
 
     def store_logs(self, logs: list[Any], last_block: int) -> IndexResult:
@@ -271,4 +282,7 @@ def _row(e: DecodedEvent) -> ChainEvent:
 def _reason(exc: BaseException, context: str) -> str:
     if isinstance(exc, projections.Rejected):
         return str(exc)
-    return f"{context}{type(exc).__name__}: {exc}"
+    message = str(exc)
+    if isinstance(exc, DatabaseError):  # shown to every role: not the database's or tables' names
+        message = re.sub(r"`[^`]*`(\.`[^`]*`)*", "a column", message)
+    return f"{context}{type(exc).__name__}: {message}"

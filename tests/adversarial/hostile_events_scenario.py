@@ -322,6 +322,7 @@ def main() -> None:
     parser.add_argument("--chain", action="append", choices=["inprocess", "anvil"], required=True)
     parser.add_argument("--anvil-url", default=None)
     parser.add_argument("--mariadb", default="mysql://root@127.0.0.1:3306", help="server URL, no database")
+    parser.add_argument("--charset", default="utf8mb4", help="of the database (utf8: 3-byte characters only)")
     options = parser.parse_args()
     database = f"defl_hostile_{os.getpid()}_{secrets.token_hex(3)}"
     os.environ.update(
@@ -330,7 +331,7 @@ def main() -> None:
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         DEFL_DATA_DIR=os.environ.get("DEFL_DATA_DIR", f"/tmp/{database}"),
     )
-    _mariadb(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4")
+    _mariadb(f"CREATE DATABASE `{database}` CHARACTER SET {options.charset}")
     try:
         import django
         from django.core.management import call_command

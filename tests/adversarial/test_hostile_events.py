@@ -146,16 +146,36 @@ def test_anvil_and_sqlite(anvil):
     check_all(index_under_attack(ledgers, attack_chain(ledgers, "hostile-anvil-sqlite")))
 
 
-@pytest.mark.integration
-def test_in_process_and_anvil_on_mariadb(anvil, tmp_path):
-    """Attack classes: all of the above, on MariaDB (strict mode, utf8mb4), with the in-process
-    EVM and with anvil: a fresh database, migrated, in a process of its own."""
+def _run_on_mariadb(tmp_path, *options: str) -> dict:
     env = dict(os.environ, DEFL_DATA_DIR=str(tmp_path))
-    command = [sys.executable, "-m", "tests.adversarial.hostile_events_scenario"]
-    command += ["--chain", "inprocess", "--chain", "anvil", "--anvil-url", anvil.url]
+    command = [sys.executable, "-m", "tests.adversarial.hostile_events_scenario", *options]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["vendor"] == "mysql"
+    return report
+
+
+@pytest.mark.integration
+def test_in_process_and_anvil_on_mariadb(anvil, tmp_path):
+    """Attack classes: all of the above, on MariaDB (strict mode, utf8mb4), with the in-process
+    EVM and with anvil: a fresh database, migrated, in a process of its own."""
+    report = _run_on_mariadb(tmp_path, "--chain", "inprocess", "--chain", "anvil", "--anvil-url", anvil.url)
     for chain in ("inprocess", "anvil"):
         check_all(report[chain])
+
+
+@pytest.mark.integration
+def test_a_mariadb_that_cannot_store_the_name_rejects_it_and_keeps_indexing(tmp_path):
+    """Attack class: a string the database refuses (a 4-byte character in a name, on a MariaDB
+    database created with the 3-byte "utf8"; MariaDB reports it as an OperationalError, which
+    must not pass for a lost connection and stall the indexer): rejected with the server's
+    reason, everything else as on any database."""
+    report = _run_on_mariadb(tmp_path, "--chain", "inprocess", "--charset", "utf8")["inprocess"]
+    assert report["crafted_name"] is None
+    applied = [r for r in report["rejected"] if r["name"] == "NodeApplied"]
+    assert len(applied) == 1 and "Incorrect string value" in applied[0]["reason"]
+    assert "ledger_node" not in applied[0]["reason"]  # no database or table names in the API
+    assert report["crafted"] == {"events": 11, "new": 5, "rejected": 6}
+    check_uint256(report)
+    check_keeps_indexing(report)

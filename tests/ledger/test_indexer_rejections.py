@@ -3,6 +3,8 @@ lossless uint256 columns and GET /api/events with rejected events."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
@@ -185,3 +187,27 @@ def test_events_another_indexer_stored_meanwhile_are_not_rejected(federation, mo
     assert not models.RejectedEvent.objects.exists()
     monkeypatch.undo()
     assert indexer.store_logs(logs, block).new_events == 0
+
+
+@pytest.mark.django_db
+def test_follow_survives_a_failed_pass(federation, monkeypatch):
+    """Attack class: a chain endpoint (or database) that fails now and then must not end a
+    node's `ledger index --follow`: the pass is logged and retried."""
+    from backend.ledger.errors import ChainUnavailable
+
+    indexer = _indexer(federation)
+    client = federation[0].client
+    get_logs = client.get_logs
+    failures = iter([ChainUnavailable("get_logs: chain unreachable")])
+
+    def flaky(*args):
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return get_logs(*args)
+
+    monkeypatch.setattr(client, "get_logs", flaky)
+    stop, results = threading.Event(), []
+    indexer.follow(interval=0, stop=stop, on_result=lambda r: (results.append(r), stop.set()))
+    assert len(results) == 1 and results[0].to_block == client.block_number()
+    assert indexer.last_block() == client.block_number()
