@@ -96,6 +96,9 @@ def privacy_payload(job: mirror.Job, config: dict, node: str) -> dict:
     dp = config.get("dp") or {}
     participants = []
     open_releases = False
+    on_chain = dict(
+        mirror.PrivacySpend.objects.filter(job_id=job.job_id).values_list("dataset__dataset_id", "spent")
+    )
     for participant in job.participants.order_by("index"):
         dataset = _local_dataset(job, participant, node)
         if dataset is not None:
@@ -105,10 +108,7 @@ def privacy_payload(job: mirror.Job, config: dict, node: str) -> dict:
             ).exists()
             figures = {"epsilon_spent": spend.spent, "epsilon_reserved": spend.reserved, "source": "local"}
         else:
-            row = mirror.PrivacySpend.objects.filter(
-                dataset__dataset_id=participant.dataset_id, job_id=job.job_id
-            ).first()
-            spent = int(row.spent) / MICRO_EPSILON if row else 0.0
+            spent = int(on_chain.get(int(participant.dataset_id), 0)) / MICRO_EPSILON
             figures = {"epsilon_spent": spent, "epsilon_reserved": 0.0, "source": "chain"}
         participants.append({"node": participant.node, "dataset": participant.dataset_id, **figures})
     return {
