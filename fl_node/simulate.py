@@ -19,7 +19,7 @@ import torch
 
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
-from fl_node.codec import content_hash, decode_update, encode_update, update_spec
+from fl_node.codec import content_hash, decode_update, update_spec
 from fl_node.committee import decide_round
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.local_round import local_round
@@ -29,6 +29,7 @@ from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
 from fl_node.score import score_update_int
 from fl_node.secure_random import SecureRandom
+from fl_node.sparse import SparsePolicy, encode_with_policy
 from fl_node.train import TrainConfig, evaluate, train_local
 
 DP_MODES = ("sgd", "update")
@@ -60,8 +61,10 @@ class SimulationConfig:
     # node declared its hold-out public, scores are exact and free.
     score_privacy: str = "dp"
     seed: int = 0
+    update_encoding: str = "auto"  # fl_node.sparse: "auto" (per tensor by cost), "dense", "delta"
 
     def __post_init__(self) -> None:
+        SparsePolicy(encoding=self.update_encoding)  # validates early
         if self.nodes < 2:
             raise ValueError(f"a federation needs at least 2 nodes, got {self.nodes}")
         if not 1 <= self.committee < self.nodes:
@@ -310,6 +313,7 @@ def run_simulation(
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spec = update_spec(global_state)
     strategy = get_strategy(config.strategy)
+    policy = SparsePolicy(encoding=config.update_encoding)
     server_state = None
     committee = [p.address for p in participants[: config.committee]]
     test_x, test_y = splits.test.tensors()
@@ -322,7 +326,8 @@ def run_simulation(
             update, samples = _local_update(
                 config, trainer, model, global_state, splits.num_classes, round_index, randomness_secret
             )
-            encoded[trainer.address] = (encode_update(update), samples)
+            blob, _ = encode_with_policy(update, global_state, policy)  # as the node's trainer encodes
+            encoded[trainer.address] = (blob, samples)
         scores = {}
         for member_address in committee:
             member = by_address[member_address]
