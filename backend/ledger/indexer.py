@@ -83,7 +83,7 @@ class Rejection:
             log_index=int(log["logIndex"]) if log is not None else event.log_index,
             reason=self.reason[: RejectedEvent.MAX_REASON],
             topics=["0x" + bytes(t).hex() for t in log["topics"][:4]] if log is not None else [],
-            data=("0x" + data.hex())[: RejectedEvent.MAX_DATA],
+            data=("0x" + data[: RejectedEvent.MAX_DATA // 2].hex())[: RejectedEvent.MAX_DATA],
             data_size=len(data),
         )
 
@@ -238,9 +238,10 @@ class EventIndexer:
                     log = raw.get((event.tx_hash, event.log_index))
                     refused.append(Rejection(log, _reason(exc, "cannot store it: "), event))
         if refused:
-            RejectedEvent.objects.bulk_create([r.row() for r in refused], ignore_conflicts=True)
-            for rejection in refused:
-                logger.warning("skipped %s", rejection.row())
+            rows = [r.row() for r in refused]
+            RejectedEvent.objects.bulk_create(rows, ignore_conflicts=True)
+            for row in rows:
+                logger.warning("skipped %s", row)
         if not IndexerCursor.objects.filter(key=self.cursor_key).update(last_block=last_block):
             IndexerCursor.objects.create(key=self.cursor_key, last_block=last_block)
         return stored, len(refused)

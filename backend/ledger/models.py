@@ -53,15 +53,15 @@ class Uint256Field(models.CharField):
             raise ValidationError(f"{value!r} is not an unsigned integer") from None
 
     def get_prep_value(self, value):
-        value = self.to_python(value)
+        try:
+            value = self.to_python(value)
+        except ValidationError:  # as an integer field's lookups: a ValueError, not a 500's mystery
+            raise ValueError(f"Field '{self.name}' expected a number but got {value!r}.") from None
         if value is None:
             return None
         if not 0 <= value <= UINT256_MAX:
             raise ValueError(f"{value} is outside uint256")
         return f"{value:0{UINT256_DIGITS}d}"
-
-    def formfield(self, **kwargs):
-        return models.Field.formfield(self, **kwargs)
 
 
 class ChainEvent(models.Model):
