@@ -32,7 +32,7 @@ from backend.jobs.config import JobConfig
 MAX_NAME_CHARS = 200  # JobRecord.name
 MAX_INPUT_DIMS = 4
 MAX_INPUT_ELEMENTS = 1 << 24  # one sample; only used when this node has no dataset of the schema
-MAX_CLASSES = 1 << 16
+MAX_CLASSES = 1 << 20  # language models predict tokens: num_classes = vocab_size
 MAX_SEED = 2**63 - 1
 MAX_OPTIONS = 16
 MAX_OPTION_LIST = 8
