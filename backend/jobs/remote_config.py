@@ -20,6 +20,7 @@ the caller passes in.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,10 @@ MAX_OPTIONS = 16
 MAX_OPTION_LIST = 8
 MAX_OPTION_INT = 1 << 22
 MAX_OPTION_TEXT = 32
+MAX_LR = 1e3
+MAX_EPSILON = 1e3  # the chain caps a dataset's budget at epsilon 100
+MIN_DELTA = 1e-30
+MAX_CLIP_NORM = 1e6
 
 # Options that drive loops or per-option allocations in a factory, bounded per model. Options
 # of models not listed here get only the generic bounds, and the parameter count.
@@ -152,12 +157,29 @@ def _check_bounds(config: JobConfig, limits: NodeLimits, schema: LocalSchema | N
     _check_shape(config, schema)
     _check_options("model_options", config.model_options, MODEL_OPTION_BOUNDS.get(config.model, {}))
     _check_options("strategy_params", config.strategy_params, {})
+    _require(
+        isinstance(config.schema_hash, str) and re.fullmatch(r"[0-9a-f]{64}", config.schema_hash) is not None,
+        "its schema hash is not 64 hex digits",
+    )
+    _require(
+        isinstance(config.lr, int | float) and math.isfinite(config.lr) and config.lr <= MAX_LR,
+        f"its learning rate is not a number up to {MAX_LR}",
+    )
     dp = config.dp
     for name in ("target_epsilon", "delta", "max_grad_norm"):
         value = getattr(dp, name)
         _require(
             value is None or (isinstance(value, int | float) and math.isfinite(value)),
             f"dp.{name} is not a finite number",
+        )
+    if dp.private:
+        # Noise calibration searches over these: keep them where the accountants are well defined.
+        _require(
+            dp.target_epsilon <= MAX_EPSILON, f"dp.target_epsilon {dp.target_epsilon} is above {MAX_EPSILON}"
+        )
+        _require(dp.delta >= MIN_DELTA, f"dp.delta {dp.delta} is below {MIN_DELTA}")
+        _require(
+            dp.max_grad_norm <= MAX_CLIP_NORM, f"dp.max_grad_norm {dp.max_grad_norm} is above {MAX_CLIP_NORM}"
         )
 
 

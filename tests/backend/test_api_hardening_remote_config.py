@@ -94,6 +94,10 @@ def test_an_honest_config_passes():
         ({"name": "x" * 500}, "its name is longer than 200 characters"),
         ({"seed": 2**70}, "its seed is not an integer"),
         ({"model_options": {"act": "no-such-activation"}}, "its model cannot be built: ValueError"),
+        ({"schema_hash": "x" * 70_000}, "its schema hash is not 64 hex digits"),
+        ({"lr": 1e300}, "its learning rate is not a number up to 1000.0"),
+        ({"dp": DPConfig(mode="sgd", target_epsilon=1e12)}, "dp.target_epsilon 1000000000000.0 is above"),
+        ({"dp": DPConfig(mode="sgd", target_epsilon=5.0, delta=1e-300)}, "dp.delta 1e-300 is below"),
     ],
 )
 def test_a_config_outside_this_nodes_limits_is_declined_with_the_reason(changes, reason):
