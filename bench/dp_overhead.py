@@ -15,7 +15,8 @@ memory traffic lands on another mode's steps; the ratio of the two medians is
 that block's figure. The blocks run over all modes ``--rounds`` times and each
 mode's ratio is the median over its blocks. A DP step is exactly what
 ``train_local`` runs: forward and backward, per-example clipping, Gaussian noise,
-the SGD update. Before timing, ``bk``'s clipped noisy gradient is checked against
+the SGD update, with the Poisson mask and the noise drawn from the secret ChaCha20 stream
+(``fl_node.secure_random``, secure Gaussian sampling) as train_local draws them. Before timing, ``bk``'s clipped noisy gradient is checked against
 Opacus's on the same batch and noise draw (``bk_max_abs_diff``). The goal is
 <= 1.3x; Opacus's own CPU anchor is about 1.6x.
 
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import torch
 from opacus.grad_sample.utils import prepare_module
-from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+from opacus.optimizers import DPOptimizerFastGradientClipping
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch import nn
 
@@ -46,9 +47,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fl_node.data import load_dataset  # noqa: E402
 from fl_node.dp_engine import BookKeepingDP  # noqa: E402
 from fl_node.models import create_model  # noqa: E402
-from fl_node.train import DEFAULT_GRAD_SAMPLE_MODE, GRAD_SAMPLE_MODES, OPACUS_GRAD_SAMPLE_MODES  # noqa: E402
+from fl_node.secure_random import SecureRandom  # noqa: E402
+from fl_node.train import (  # noqa: E402
+    DEFAULT_GRAD_SAMPLE_MODE,
+    GRAD_SAMPLE_MODES,
+    OPACUS_GRAD_SAMPLE_MODES,
+    SecretNoiseDPOptimizer,
+)
 
 Step = Callable[[], None]
+# Every DP side draws its Poisson mask and noise from the secret stream train_local uses; one
+# fixed key here so the sides can be compared draw for draw (a node's key is random and secret).
+NOISE_KEY = bytes(range(32))
+POISSON_POPULATION = 3600  # the MNIST subset's training part: one mask draw per step
 # train_local's modes, plus ghost clipping, measured for comparison only (train_local does not offer it).
 MEASURED_MODES = (*GRAD_SAMPLE_MODES, "ghost")
 
@@ -77,15 +88,17 @@ def plain_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
 
 def dp_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) -> Step:
     wrapped = prepare_module(model, mode)
-    optimizer = DPOptimizer(
+    randomness = SecureRandom(NOISE_KEY)
+    optimizer = SecretNoiseDPOptimizer(
         torch.optim.SGD(wrapped.parameters(), lr=0.05, momentum=0.9),
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         expected_batch_size=len(y),
-        generator=torch.Generator().manual_seed(0),
+        randomness=randomness,
     )
 
     def step() -> None:
+        randomness.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
         optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(wrapped(x), y).backward()
         optimizer.step()
@@ -96,15 +109,17 @@ def dp_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) -> St
 def bk_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
     """fl_node.dp_engine, as train_local runs it: mean loss, clipped sum + noise / expected batch size."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    randomness = SecureRandom(NOISE_KEY)
     engine = BookKeepingDP(
         model,
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         expected_batch_size=len(y),
-        generator=torch.Generator().manual_seed(0),
+        noise=randomness,
     )
 
     def step() -> None:
+        randomness.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
         optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(engine.forward(x), y).backward()
         engine.privatize()

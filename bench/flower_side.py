@@ -91,6 +91,8 @@ def main(settings: dict) -> dict:
     splits = load_dataset("mnist", seed=settings["seed"])
     parts = partition(splits.train.y, settings["nodes"], settings["partition"], seed=settings["seed"])
     train_parts = []
+    record_counts = [len(p) for p in parts]
+    trainers = settings["nodes"] - settings["committee"]
     for i, p in enumerate(parts):
         data = splits.train.subset(p)
         train_idx, _ = stratified_split(data.y, (1 - config.val_fraction, config.val_fraction), seed=i)
@@ -113,7 +115,12 @@ def main(settings: dict) -> dict:
             round_ = int(fit_config["round"])
             seed = config.seed * 1_000_003 + round_ * 1009 + self.index  # DeFL's trainer.round_seed
             model = config.build_model()
-            train_local(model, to_state(parameters), train_parts[self.index], config.train_config(seed))
+            data = train_parts[self.index]
+            # The same plan as a DeFL node's (its noise, its secret randomness by default).
+            plan = config.privacy_plan(
+                num_train=len(data), num_records=record_counts[self.index], scores_per_round=trainers
+            )
+            train_local(model, to_state(parameters), data, config.train_config(seed, plan))
             return to_arrays(model.state_dict()), len(train_parts[self.index]), {}
 
     def client_fn(context):

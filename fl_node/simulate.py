@@ -162,6 +162,8 @@ class SimulationResult:
     config: SimulationConfig
     rounds: list[RoundRecord]
     attackers: list[int]
+    # Each participant's composed releases (training and scores), for an independent audit.
+    histories: list[PrivacyHistory] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float:
@@ -391,7 +393,9 @@ def run_simulation(
             on_round(record)
         committee = outcome.next_committee
     attackers = sorted(p.index for p in participants if p.attack)
-    return SimulationResult(config=config, rounds=records, attackers=attackers)
+    return SimulationResult(
+        config=config, rounds=records, attackers=attackers, histories=[p.history for p in participants]
+    )
 
 
 def _job_epsilon(histories, config: SimulationConfig, accountant) -> float:

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 from fl_node.aggregate import get_strategy
 from fl_node.models import available_models, create_model
-from fl_node.privacy import UpdateGaussianMechanism, calibrate_noise
+from fl_node.privacy import UpdateGaussianMechanism
+from fl_node.privacy_plan import PrivacyPlan, plan_privacy
 from fl_node.sparse import ENCODINGS, SparsePolicy
 from fl_node.train import TrainConfig
 
@@ -168,33 +169,56 @@ class JobConfig:
             **self.model_options,
         )
 
-    def train_config(self, seed: int) -> TrainConfig:
-        per_example = self.dp.mode == "sgd"
+    def privacy_plan(
+        self, *, num_train: int, num_records: int, scores_per_round: int, public_holdout: bool = False
+    ) -> PrivacyPlan:
+        """This participant's plan for the job: computed once from the config and its own data.
+
+        ``scores_per_round`` is the number of updates a committee member scores in a round
+        (participants minus the committee); ``public_holdout``: the dataset declared on chain
+        that its hold-out split is public, so its scores are exact and free.
+        """
+        return plan_privacy(
+            mode=self.dp.mode,
+            target_epsilon=self.dp.target_epsilon,
+            delta=self.dp.delta,
+            rounds=self.rounds,
+            num_train=num_train,
+            num_records=num_records,
+            batch_size=self.batch_size,
+            epochs=self.local_epochs,
+            clip_norm=self.dp.max_grad_norm,
+            scores_per_round=scores_per_round,
+            public_holdout=public_holdout,
+        )
+
+    def train_config(self, seed: int, plan: PrivacyPlan | None = None) -> TrainConfig:
+        """Local-training settings; under DP-SGD the noise is the plan's (never re-derived here).
+
+        ``seed`` seeds only what DP does not rely on (dropout, non-private shuffling).
+        """
         return TrainConfig(
             batch_size=self.batch_size,
             epochs=self.local_epochs,
             lr=self.lr,
             momentum=self.momentum,
             proximal_mu=float(self.strategy_params.get("mu", 0.0)) if self.strategy == "fedprox" else 0.0,
-            target_epsilon=self.dp.target_epsilon if per_example else None,
+            noise_multiplier=plan.sgd_noise_multiplier if plan is not None else None,
             delta=self.dp.delta,
             max_grad_norm=self.dp.max_grad_norm,
             rounds=self.rounds,
             seed=seed,
         )
 
-    def update_mechanism(self) -> UpdateGaussianMechanism | None:
-        """dp.mode "update": clip and noise each whole update; one release per round, no amplification."""
-        if self.dp.mode != "update":
+    @staticmethod
+    def update_mechanism(plan: PrivacyPlan) -> UpdateGaussianMechanism | None:
+        """dp.mode "update": clip each whole update to C and add noise of the plan's std (2C sensitivity)."""
+        if plan.train is None or plan.train.kind != "update_gaussian":
             return None
-        noise = calibrate_noise(
-            target_epsilon=self.dp.target_epsilon,
-            delta=self.dp.delta,
-            sample_rate=1.0,
-            steps=self.rounds,
-        )
         return UpdateGaussianMechanism(
-            clip_norm=self.dp.max_grad_norm, noise_multiplier=noise, sampling_fraction=1.0
+            clip_norm=plan.clip_norm,
+            noise_multiplier=plan.update_noise_std / plan.clip_norm,
+            sampling_fraction=1.0,
         )
 
 

@@ -21,7 +21,6 @@ from backend.jobs.models import JobRecord, Membership
 from backend.ledger import models as mirror
 from fl_node.codec import content_hash, encode_model
 from fl_node.privacy import PrivacyBudgetExceeded
-from fl_node.train import plan_round
 
 logger = logging.getLogger(__name__)
 
@@ -188,13 +187,15 @@ def projected_epsilon(dataset: Dataset, config: JobConfig) -> float:
             "unbounded privacy budget of the dataset, so no dataset may join it",
             field="dataset",
         )
-    if config.dp.mode == "update":
-        mechanism = config.update_mechanism()
-        return ledger.check(noise_multiplier=mechanism.noise_multiplier, sample_rate=1.0, steps=config.rounds)
-    train, _ = workspace.local_split(dataset, config)
-    plan = plan_round(len(train), config.train_config(seed=0))
+    train, val = workspace.local_split(dataset, config)
+    # The plan bounds every round by its training release (a committee round costs no more at
+    # the job's deciding order), so rounds x that release is the job's projection.
+    plan = config.privacy_plan(num_train=len(train), num_records=len(train) + len(val), scores_per_round=1)
+    release = plan.train
     return ledger.check(
-        noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=config.rounds * plan.steps
+        noise_multiplier=release.noise_multiplier,
+        sample_rate=release.sample_rate,
+        steps=config.rounds * release.steps,
     )
 
 

@@ -12,6 +12,7 @@ import time
 import pytest
 from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
+from backend.datasets.models import PrivacyRelease
 from backend.jobs.driver import actions, agent, aggregator, trainer, workspace
 from backend.jobs.models import RoundAction, RoundMetric
 from backend.ledger.abi import EventDecoder
@@ -158,9 +159,25 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
     assert GlobalModel.objects.filter(job=str(job_id)).count() == 2
     assert RoundMetric.objects.filter(job_id=job_id).count() == 10
     data = nodes[0].ctx.ledger.data
+    victim = diverged["victim"]
     for node, dataset in zip(nodes, datasets, strict=True):
         epsilon = RoundMetric.objects.get(node=node.ctx.address, job_id=job_id, round=2).epsilon
-        assert 0 < epsilon <= 20.0 + 1e-6
+        releases = PrivacyRelease.objects.filter(dataset_id=dataset.pk, job=str(job_id))
+        # Nothing is left reserved; every release is accounted: training rounds and score rounds.
+        assert not releases.filter(status=PrivacyRelease.Status.RESERVED).exists()
+        kinds = {(r.round, r.kind, r.status) for r in releases}
+        assert kinds, node.ctx.address
+        if node in nodes[:2]:  # round 1's committee: its noisy scores were a charged release
+            assert (1, "score_count", PrivacyRelease.Status.RELEASED) in kinds, kinds
+        if node.ctx.address == victim:
+            # Its discarded speculative update was a release of its own: withheld, still counted,
+            # and the retrain with fresh randomness was charged again.
+            assert (2, "dp_sgd", PrivacyRelease.Status.WITHHELD) in kinds
+            assert (2, "dp_sgd", PrivacyRelease.Status.RELEASED) in kinds
+        if not releases.filter(status=PrivacyRelease.Status.WITHHELD).exists():
+            # A node that lost or discarded nothing spent within the job's target (the
+            # "restart" above may have cost some nodes an extra, withheld release).
+            assert 0 < epsilon <= 20.0 + 1e-6
         assert data.privacy_spent_by_job(int(dataset.onchain_id), job_id) > 0
 
     # One finalize per round: the submitScores that completed the set finalized the round on
@@ -179,7 +196,6 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
     assert ahead, [a.detail for a in trained]
     # The trainer whose own aggregate differed from the fixed model discarded that update unsent
     # and trained again on the fixed model (its update is on chain, see above).
-    victim = diverged["victim"]
     assert victim not in ahead and victim in history[2]["updates"]
     assert any("training again" in r.getMessage() for r in caplog.records)
 

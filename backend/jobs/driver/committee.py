@@ -5,6 +5,12 @@ transaction; a separate finalize is sent only when the score deadline ends the s
 
 A malformed update, or one whose bytes do not match the hash on chain, scores 0; it is
 never an error (fl_node.score guarantees that for the bytes themselves).
+
+Scores are releases of this node's validation records: unless its dataset declared the
+hold-out public, each is a noisy count (``fl_node.score``, noise from a secret stream) and the
+round's set of scores is reserved in the dataset's budget before the first one is computed
+(one release of ``scores_per_round`` noisy counts, the plan's score noise), its spendPrivacy
+awaited before the scores go on chain, and marked released when they do.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import time
 
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
+from backend.jobs.driver import privacy as round_privacy
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.jobs.models import RoundAction
@@ -23,6 +30,8 @@ from fl_node.score import score_update_int
 
 # (node, job, round) -> {(trainer, content hash): score}: updates scored as they arrived, this process.
 _scored: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
+# (node, job, round) -> the spendPrivacy of the round's score release (None: nothing owed on chain).
+_score_spends: dict[tuple[str, int, int], object] = {}
 
 
 def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
@@ -43,8 +52,9 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
     workspace.keep_round(_scored, ctx.address, job.job_id, round_)
+    workspace.keep_round(_score_spends, ctx.address, job.job_id, round_)
     known = _scored.setdefault((ctx.address, job.job_id, round_), {})
-    _score_new(ctx, job, config, round_, updates, known)
+    _score_new(ctx, job, config, round_, updates, known, claim)
     RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue
     expected = on_chain.participant_count - on_chain.committee_size
     if on_chain.update_count < expected and chain.contract_now(ctx, on_chain) <= on_chain.update_deadline:
@@ -52,6 +62,11 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
             False, f"scored {len(updates)} of {expected} updates as they came; waiting for the rest"
         )
     scores = {u.trainer: known[(u.trainer, u.content_hash)] for u in updates}
+    key = (ctx.address, job.job_id, round_)
+    if key in _score_spends:  # the chain records the scores' cost before it sees them
+        with timing.part(timing.PRIVACY):
+            round_privacy.await_spend(claim, _score_spends[key])
+    dataset = state.my_dataset(job, ctx.address)
     try:
         receipt = chain.submit_scores(ctx, job.job_id, round_, scores)
     except ledger_errors.ScoringNotOpen:
@@ -59,8 +74,11 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     except ledger_errors.UnknownUpdate:
         return Outcome(False, "an update is not on chain yet; rescoring with the indexed set")
     except ledger_errors.DuplicateScores:  # sent by an attempt that died before it recorded so
+        round_privacy.released(dataset, job.job_id, round_, "score_count")
         return Outcome(True, "scores already on chain")
-    _scored.pop((ctx.address, job.job_id, round_), None)
+    round_privacy.released(dataset, job.job_id, round_, "score_count")
+    _scored.pop(key, None)
+    _score_spends.pop(key, None)
     detail = f"scored {len(scores)} updates"
     events = {e.name: e for e in receipt.events}
     if "RoundFinalized" in events:  # these scores completed the set
@@ -73,13 +91,20 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     return Outcome(True, detail, receipt.tx_hash)
 
 
-def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict) -> None:
+def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict, claim: RoundAction) -> None:
     """Score the updates not scored yet, on this node's validation data, into ``known``."""
     new = [u for u in updates if (u.trainer, u.content_hash) not in known]
     if not new:
         return
     with timing.part(timing.PREPARE):
         dataset = state.my_dataset(job, ctx.address)
+        plan = round_privacy.node_plan(job, config, dataset)
+        round_key = (ctx.address, job.job_id, round_)
+        release = plan.score_release(plan.scores_per_round)
+        if release is not None and round_key not in _score_spends:
+            # Before the first noisy score of the round: the whole set is one release.
+            with timing.part(timing.PRIVACY):
+                _score_spends[round_key] = round_privacy.reserve(claim, dataset, job.job_id, round_, release)
         _, val = workspace.local_split(dataset, config)
         reference, model_hash = state.base_model(job, round_)
         _, global_state, _ = workspace.global_model(ctx, reference, model_hash, config)
@@ -95,7 +120,13 @@ def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict) -
             continue
         with timing.part(timing.SCORE):
             known[key] = score_update_int(
-                scratch, global_state, blob, x_val, y_val, metric=config.score_metric
+                scratch,
+                global_state,
+                blob,
+                x_val,
+                y_val,
+                metric=config.score_metric,
+                noise_multiplier=plan.score_noise_multiplier,
             )
 
 

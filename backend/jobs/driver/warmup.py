@@ -64,17 +64,16 @@ def warm_and_mark(ctx, job_id: int) -> bool:
 
 
 def warm(ctx, job: mirror.Job) -> None:
+    from backend.jobs.driver.privacy import node_plan
     from backend.jobs.services import config_of, job_record
-    from fl_node.train import plan_round
 
     config = config_of(job_record(ctx, job.job_id))
-    train, _ = workspace.local_split(state.my_dataset(job, ctx.address), config)
+    dataset = state.my_dataset(job, ctx.address)
+    train, _ = workspace.local_split(dataset, config)
     _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash, config)
     workspace.scratch_model(config)
-    train_config = config.train_config(seed=0)  # the calibration does not depend on the seed
-    if train_config.private:
-        plan_round(len(train), train_config)
-    config.update_mechanism()
+    plan = node_plan(job, config, dataset)  # calibrates the noise once; cached for the rounds
+    train_config = config.train_config(seed=0, plan=plan)
     dry_run(ctx, config, train_config, initial, train)
 
 
