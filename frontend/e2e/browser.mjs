@@ -18,6 +18,7 @@ const CHROMIUM_ARGS = [
 ]
 export const LAPTOP = { width: 1366, height: 860 }
 export const TABLET = { width: 820, height: 1180 }
+export const PHONE = { width: 390, height: 844 }
 
 export function requireEnv(name) {
   const value = process.env[name]

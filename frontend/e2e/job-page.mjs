@@ -1,16 +1,19 @@
 // The job, dataset and models pages against a mocked API (fixtures/federation.js), so that
-// the round timeline, the charts, the accepted/rejected audit trail, live polling, model
-// download and predict are checked in a real browser before a federation can run.
+// the round timeline, the charts, the accepted/rejected audit trail, the participants' privacy,
+// the budget's explanation, revoking with confirmation, live polling, model download and
+// predict are checked in a real browser before a federation can run; pages are reached by
+// clicking, then the job page again on a 390 px phone.
 // The SPA itself comes from a real node:
 //   DEFL_URL=http://127.0.0.1:8000 DEFL_SCREENSHOTS=out/screenshots node e2e/job-page.mjs
-import { check, launch, requireEnv, screenshotter, settled, watchConsole } from './browser.mjs'
-import { dataset, job, models, prediction, roundsOverTime } from './fixtures/federation.js'
+import { PHONE, check, launch, requireEnv, screenshotter, settled, watchConsole } from './browser.mjs'
+import { candidates, dataset, grantedToMe, job, models, prediction, roundsOverTime } from './fixtures/federation.js'
 
 const baseUrl = requireEnv('DEFL_URL')
 const shots = screenshotter(process.env.DEFL_SCREENSHOTS || 'out/screenshots')
 const failures = []
 let current = 'start'
 let roundsCalls = 0
+let revoked = false
 
 const json = (route, body, status = 200) => route.fulfill({ status, contentType: 'application/json', body: JSON.stringify(body) })
 const routes = {
@@ -22,7 +25,14 @@ const routes = {
   'GET /api/jobs/7/rounds': () => roundsOverTime[Math.min(roundsCalls++, roundsOverTime.length - 1)],
   'GET /api/datasets': () => ({ count: 1, results: [dataset] }),
   'GET /api/datasets/1': () => dataset,
-  'GET /api/datasets/1/grants': () => [{ node: '0xb0b0000000000000000000000000000000000002', tx_hash: '0x' + 'ab'.repeat(32), revoked: false }],
+  'GET /api/datasets/1/grants': () => [{ node: '0xb0b0000000000000000000000000000000000002', tx_hash: '0x' + 'ab'.repeat(32), revoked: revoked ? '2026-11-29T11:00:00Z' : null }],
+  'DELETE /api/datasets/1/grants/0xb0b0000000000000000000000000000000000002': () => {
+    revoked = true
+    return { node: '0xb0b0000000000000000000000000000000000002', revoked: '2026-11-29T11:00:00Z' }
+  },
+  'GET /api/dashboard/join-candidates': () => candidates,
+  'GET /api/dashboard/granted-datasets': () => grantedToMe,
+  'GET /api/dashboard/models': () => models,
   'GET /api/peers': () => [{ address: '0xb0b0000000000000000000000000000000000002', name: 'org-b', endpoint: 'http://127.0.0.1:8102', healthy: true, last_seen: new Date().toISOString() }],
   'GET /api/models': () => ({ count: models.length, results: models }),
   'POST /api/models/3/predict': () => prediction,
@@ -53,7 +63,10 @@ try {
   current = 'job page'
   await settled(page, '[data-test=job-page]')
   await page.evaluate(() => (window.__deflNotReloaded = true))
-  check(failures, (await page.locator('.el-menu-item:visible').count()) === 4, 'the main menu does not show its four pages')
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, 'the main menu does not show its four pages')
+  check(failures, (await page.locator('[data-test=job-epsilon-max]').innerText()).includes('2.310'), "the job's maximum ε is not shown")
+  check(failures, (await page.locator('[data-test=participants-table] [data-test=participant-epsilon]').allInnerTexts()).join(' ').startsWith('2.250 2.310 2.200'), "the participants' ε are not shown")
+  check(failures, (await page.locator('[data-test=cancel-job]').count()) === 1, 'the proposer is not offered Cancel')
   check(failures, (await page.locator('[data-test=current-phase]').innerText()) === 'scoring', 'round 3 should be scoring first')
   // Polling moves the page on: round 3's model is fixed, then round 4 opens.
   await page.locator('[data-test=current-phase]', { hasText: 'training' }).waitFor({ timeout: 20000 })
@@ -69,17 +82,35 @@ try {
   await page.waitForTimeout(400)
   await shots.shot(page, 'mocked-job')
 
+  current = 'datasets page'
+  await page.locator('[data-test=nav-datasets]').click()
+  await settled(page, '[data-test=datasets-page]')
+  check(failures, (await page.locator('[data-test=granted-to-me]').innerText()).includes('org-b'), 'the dataset granted to this node is not listed with its owner')
   current = 'dataset page'
-  await page.goto(`${baseUrl}/datasets/1`)
+  await page.locator('[data-test=datasets-table] a', { hasText: 'clinic-a' }).click()
   await settled(page, '[data-test=dataset-page]')
-  check(failures, (await page.locator('[data-test=budget-spent]').innerText()) === '2.25', 'the budget gauge shows the wrong spent epsilon')
-  check(failures, (await page.locator('[data-test=budget-gauge] canvas').count()) > 0, 'the budget gauge is not drawn')
-  check(failures, (await page.locator('[data-test=budget-spends]').innerText()).includes('2.250'), 'the jobs that spent the budget are missing')
+  check(failures, (await page.locator('[data-test=budget-spent]').innerText()) === '3.13', 'the budget shows the wrong spent epsilon')
+  check(failures, (await page.locator('[data-test=budget-bar-spent]').getAttribute('style')).includes('31.3'), 'the budget bar is not drawn to scale')
+  check(failures, (await page.locator('[data-test=budget-spends]').innerText()).includes('2.445'), 'the jobs that spent the budget are missing')
+  check(failures, (await page.locator('[data-test=budget-explanation]').innerText()).includes('add up to 4.912'), "the composed total is not explained")
+  // Revoking asks first; "Keep access" changes nothing, "Revoke" revokes.
+  await page.locator('[data-test=revoke-grant]').click()
+  await page.locator('.el-message-box').waitFor({ timeout: 5000 })
+  await shots.shot(page, 'mocked-revoke-confirm')
+  await page.locator('.el-message-box button', { hasText: 'Keep access' }).click()
+  check(failures, !revoked, 'the grant was revoked without confirmation')
+  await page.locator('[data-test=revoke-grant]').click()
+  await page.locator('.el-message-box button', { hasText: 'Revoke' }).click()
+  await page.locator('[data-test=grant-state]', { hasText: 'revoked' }).waitFor({ timeout: 10000 })
+  check(failures, revoked, 'the grant was not revoked after confirming')
   await shots.shot(page, 'mocked-dataset')
 
   current = 'models page'
-  await page.goto(`${baseUrl}/models`)
+  await page.locator('[data-test=nav-models]').click()
   await settled(page, '[data-test=models-page]')
+  check(failures, (await page.locator('[data-test=model-served]').count()) === 1, 'the served model is not marked')
+  check(failures, (await page.locator('[data-test=models-table]').innerText()).includes('mnist-dp-eps3'), 'the models do not name their job')
+  check(failures, (await page.locator('[data-test=model-accuracy]').first().innerText()) === '81.0%', 'the model accuracy is missing')
   check(failures, (await page.locator('[data-test=models-table] .el-tag--success', { hasText: 'verified' }).count()) === 2, 'model hashes not shown as verified')
   const [download] = await Promise.all([page.waitForEvent('download'), page.locator('[data-test=models-table] button', { hasText: 'Download' }).first().click()])
   check(failures, download.suggestedFilename() === 'defl-job7-round3.safetensors', `unexpected download name ${download.suggestedFilename()}`)
@@ -93,12 +124,17 @@ try {
   check(failures, (await page.locator('[data-test=predict-result]').innerText()).includes('Prediction: 7'), 'the prediction is not shown')
   await shots.shot(page, 'mocked-models')
 
-  current = 'job page at tablet width'
-  await page.setViewportSize({ width: 820, height: 1180 })
-  await page.goto(`${baseUrl}/jobs/7`)
+  current = 'job page on a phone'
+  await page.setViewportSize(PHONE)
+  await page.locator('[data-test=nav-jobs]').click()
+  await settled(page, '[data-test=jobs-page]')
+  await page.locator('[data-test=jobs-table] a', { hasText: 'mnist-dp-eps3' }).click()
   await settled(page, '[data-test=job-page]')
   await page.waitForTimeout(400)
-  await shots.shot(page, 'mocked-job-tablet')
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+  check(failures, overflow <= 1, `the job page is ${overflow} px wider than a phone`)
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, 'the phone menu hides sections')
+  await shots.shot(page, 'mocked-job-phone')
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)
   await shots.shot(page, 'mocked-failure').catch(() => {})

@@ -1,12 +1,14 @@
-// Signs in as each role, visits every page, checks the role gating and that nothing
-// logs a console error, and saves a screenshot of each page.
+// Signs in as each role, visits every page by clicking (the menu, table links, buttons: only
+// the deep-link checks type a URL), checks the role gating and that nothing logs a console
+// error, and saves a screenshot of each page; the operator also at 390 px (a phone), and the
+// sign-in is checked to hold in a second tab and to end everywhere on sign-out.
 //
 //   DEFL_URL=http://127.0.0.1:8000 \
 //   DEFL_USERS=operator:op:pw,provider:prov:pw,viewer:view:pw \
 //   DEFL_SCREENSHOTS=out/screenshots node e2e/roles.mjs
 //
 // The last line printed is a JSON summary; the exit status is 0 only when every check passed.
-import { LAPTOP, TABLET, check, launch, requireEnv, screenshotter, settled, signIn, signOut, watchConsole } from './browser.mjs'
+import { LAPTOP, PHONE, TABLET, check, launch, requireEnv, screenshotter, settled, signIn, signOut, watchConsole } from './browser.mjs'
 
 const baseUrl = requireEnv('DEFL_URL')
 const users = requireEnv('DEFL_USERS')
@@ -24,9 +26,13 @@ const page = await browser.context.newPage()
 const consoleErrors = watchConsole(page, () => current)
 const visited = {}
 
-async function visit(role, name, path, selector) {
+const NAV = { '/': 'nav-overview', '/datasets': 'nav-datasets', '/jobs': 'nav-jobs', '/models': 'nav-models' }
+
+// Reaches `path` by clicking: the main menu for a section, else the given link or button.
+async function visit(role, name, path, selector, clickable = null) {
   current = `${role} ${path}`
-  await page.goto(`${baseUrl}${path}`)
+  await (clickable || page.locator(`[data-test=${NAV[path]}]`)).click()
+  await page.waitForURL((url) => url.pathname === path, { timeout: 20000 })
   await settled(page, selector)
   const errorStates = await page.locator('[data-test=error] .el-alert__title').allInnerTexts()
   check(failures, !errorStates.length, `${current}: shows an error state: ${errorStates.join('; ')}`)
@@ -58,12 +64,12 @@ try {
       await page.waitForURL((url) => url.pathname === '/datasets', { timeout: 20000 })
     }
     check(failures, (await page.locator('[data-test=role]').innerText()).trim() === role, `${role}: header shows the wrong role`)
-    check(failures, (await page.locator('.el-menu-item:visible').count()) === 4, `${role}: the main menu does not show its four pages`)
+    check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, `${role}: the main menu does not show its four pages`)
 
     if (role === 'viewer') {
       // The main menu is reachable and usable from the keyboard.
       current = `${role} keyboard menu`
-      await page.locator('.el-menu-item', { hasText: 'Jobs' }).focus()
+      await page.locator('[data-test=nav-jobs]').focus()
       await page.keyboard.press('Enter')
       await page.waitForURL((url) => url.pathname === '/jobs', { timeout: 20000 })
     }
@@ -95,13 +101,12 @@ try {
       await page.locator('[data-test=upload-progress]').waitFor({ timeout: 10000 })
       await page.waitForURL(/\/datasets\/\d+$/, { timeout: 60000 })
       await settled(page, '[data-test=dataset-page]')
-      await page.goto(`${baseUrl}/datasets`)
-      await settled(page, '[data-test=datasets-page]')
+      await visit(role, 'datasets-after-upload', '/datasets', '[data-test=datasets-page]')
     }
     const firstDataset = page.locator('[data-test=datasets-table] a').first()
     if (await firstDataset.count()) {
       const href = await firstDataset.getAttribute('href')
-      await visit(role, 'dataset', href, '[data-test=dataset-page]')
+      await visit(role, 'dataset', href, '[data-test=dataset-page]', firstDataset)
       check(failures, (await page.locator('[data-test=grant-form]').count()) === (mayUpload ? 1 : 0), `${role}: grant form ${mayUpload ? 'missing' : 'offered'}`)
     }
 
@@ -111,15 +116,19 @@ try {
     const firstJob = page.locator('[data-test=jobs-table] a').first()
     if (await firstJob.count()) {
       const href = await firstJob.getAttribute('href')
-      await visit(role, 'job', href, '[data-test=job-page]')
+      await visit(role, 'job', href, '[data-test=job-page]', firstJob)
       if (!mayCreateJobs) check(failures, !(await page.locator('[data-test=job-actions]').count()), `${role}: job actions offered`)
     }
     if (mayCreateJobs) {
-      await visit(role, 'job-new', '/jobs/new', '[data-test=job-create-page]')
-      // The form's own validation: an empty name is refused before any request.
-      await page.locator('[data-test=job-submit]').click()
-      await page.locator('.el-form-item.is-error').first().waitFor({ timeout: 5000 })
-      await shots.shot(page, `${role}-job-new-invalid`)
+      if (await firstJob.count()) await visit(role, 'jobs', '/jobs', '[data-test=jobs-page]')
+      // The "New job" button itself leads to the form (it once cancelled its own navigation).
+      await visit(role, 'job-new', '/jobs/new', '[data-test=job-create-page]', page.locator('[data-test=new-job]'))
+      // A lone node cannot start a job (committee + trainers need more members): the wizard says
+      // so before anything is sent, and offers no button that would create an unstartable job.
+      await page.locator('[data-test=job-plan-problems]').waitFor({ timeout: 10000 })
+      check(failures, (await page.locator('[data-test=job-plan-problems]').innerText()).includes('can join'), `${role}: the wizard does not say who can join`)
+      check(failures, await page.locator('[data-test=job-submit]').isDisabled(), `${role}: an unstartable job can be submitted`)
+      await shots.shot(page, `${role}-job-new-unstartable`)
     } else {
       current = `${role} /jobs/new`
       await page.goto(`${baseUrl}/jobs/new`)
@@ -132,24 +141,44 @@ try {
       await page.setViewportSize(TABLET)
       await visit(role, 'overview-tablet', '/', '[data-test=overview-page]')
       await visit(role, 'datasets-tablet', '/datasets', '[data-test=datasets-page]')
+      // A phone: all four sections stay visible in the menu, and no page is wider than the screen.
+      await page.setViewportSize(PHONE)
+      for (const [path, name, selector] of [
+        ['/', 'overview', '[data-test=overview-page]'],
+        ['/datasets', 'datasets', '[data-test=datasets-page]'],
+        ['/jobs', 'jobs', '[data-test=jobs-page]'],
+        ['/models', 'models', '[data-test=models-page]'],
+      ]) {
+        check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, `${role} phone: the menu hides sections`)
+        await visit(role, `${name}-phone`, path, selector)
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+        check(failures, overflow <= 1, `${role} phone ${path}: the page is ${overflow} px wider than the screen`)
+      }
       await page.setViewportSize(LAPTOP)
     }
     current = `${role} sign out`
     await signOut(page)
   }
 
-  // A token the node no longer accepts (signed out elsewhere) leads back to sign in.
-  // This one 401 is expected, so it is checked after the console check below.
+  // The sign-in holds in a second tab (a link opened there is not asked to sign in again), and a
+  // sign-out in one tab ends it in the other at its next request. The 401s of that are expected.
   const errorsBefore = consoleErrors.length
   const { role, username, password } = users[0]
-  current = `${role} expired token`
+  current = `${role} second tab`
   await signIn(page, baseUrl, username, password)
-  const stale = await page.evaluate(() => sessionStorage.getItem('defl.session'))
+  const second = await browser.context.newPage()
+  const secondErrors = watchConsole(second, () => `${current} (second tab)`)
+  await second.goto(`${baseUrl}/models`)
+  await settled(second, '[data-test=models-page]')
+  check(failures, new URL(second.url()).pathname === '/models', `${role}: a new tab was sent to sign in again`)
+  check(failures, (await second.locator('[data-test=role]').innerText()).trim() === role, `${role}: the new tab does not know the user`)
+  current = `${role} sign out everywhere`
   await signOut(page)
-  await page.evaluate((saved) => sessionStorage.setItem('defl.session', saved), stale)
-  await page.goto(`${baseUrl}/models`)
-  await page.waitForURL((url) => url.pathname === '/login', { timeout: 20000 })
-  consoleErrors.splice(errorsBefore) // the 401 responses of the stale token
+  await second.locator('[data-test=nav-jobs]').click()
+  await second.waitForURL((url) => url.pathname === '/login', { timeout: 20000 })
+  await second.close()
+  check(failures, secondErrors.every((error) => error.includes('401')), `second tab: ${secondErrors.join('; ')}`)
+  consoleErrors.splice(errorsBefore) // the 401 responses after the sign-out
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)
   await shots.shot(page, 'failure').catch(() => {})

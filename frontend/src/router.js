@@ -25,9 +25,13 @@ export function guard(to) {
 }
 
 export const router = createRouter({ history: createWebHistory('/'), routes })
-// The first navigation of a tab waits for the session cookie's answer (one /api/auth/me).
+// The first navigation of a tab waits for the session cookie's answer (one /api/auth/me);
+// meanwhile the page's code is fetched, so the two round trips overlap instead of queueing.
 router.beforeEach(async (to) => {
-  if (!to.meta.public) await restoreSession(api.me)
+  if (!to.meta.public) {
+    const loaders = to.matched.map((record) => record.components?.default).filter((component) => typeof component === 'function')
+    await Promise.all([restoreSession(api.me), ...loaders.map((load) => load().catch(() => null))])
+  }
   return guard(to)
 })
 router.afterEach((to) => {

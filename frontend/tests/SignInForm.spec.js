@@ -38,7 +38,9 @@ describe('SignInForm', () => {
     expect(api.login).toHaveBeenCalledWith('ada', 'secret-pass')
     expect(session.user).toEqual({ username: 'ada', role: 'operator' })
     expect(JSON.stringify(session)).not.toContain('abc123')
-    expect(sessionStorage.length + localStorage.length).toBe(0)
+    // Only a "signed in" hint is stored, never the token.
+    expect(sessionStorage.length).toBe(0)
+    expect(JSON.stringify({ ...localStorage })).not.toContain('abc123')
     expect(wrapper.emitted('signed-in')[0][0]).toEqual({ username: 'ada', role: 'operator' })
     wrapper.unmount()
   })

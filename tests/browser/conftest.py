@@ -7,6 +7,7 @@ The node is ``manage.py runserver --noreload`` on a free port with the embedded 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def node_server(tmp_path_factory, browser_prerequisites) -> Node:
         "DEFL_NODE_NAME": "browser-test-node",
         "DEFL_NODE_ENDPOINT": url,
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),  # a node refuses to start without its own
         "PYTHONUNBUFFERED": "1",
     }
     for name in ("DJANGO_DEBUG", "DATABASE_URL", "CELERY_BROKER_URL", "DEFL_CHAIN_URL", "DEFL_PEERS"):

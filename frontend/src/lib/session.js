@@ -6,17 +6,39 @@
 import { reactive, readonly } from 'vue'
 
 const state = reactive({ user: null, restored: false })
+// A hint, not a credential: "some tab of this browser signed in". Without it a new tab goes
+// straight to the sign-in page instead of asking the node (and logging a 401).
+const HINT_KEY = 'defl.signed-in'
+const hint = {
+  get: () => {
+    try {
+      return localStorage.getItem(HINT_KEY) === '1'
+    } catch {
+      return true // storage blocked: ask the node
+    }
+  },
+  set: (on) => {
+    try {
+      if (on) localStorage.setItem(HINT_KEY, '1')
+      else localStorage.removeItem(HINT_KEY)
+    } catch {
+      // storage blocked: the hint only saves a request
+    }
+  },
+}
 
 export const session = readonly(state)
 
 export function setSession(user) {
   state.user = user ? { username: user.username, role: user.role } : null
   state.restored = true
+  hint.set(Boolean(state.user))
 }
 
 export function clearSession() {
   state.user = null
   state.restored = true
+  hint.set(false)
 }
 
 export function isSignedIn() {
@@ -27,6 +49,10 @@ export function isSignedIn() {
 let pending = null
 export function restoreSession(fetchMe) {
   if (state.restored) return Promise.resolve(state.user)
+  if (!hint.get()) {
+    state.restored = true
+    return Promise.resolve(null)
+  }
   pending ??= fetchMe()
     .then((user) => setSession(user))
     .catch(() => clearSession())
