@@ -7,6 +7,8 @@ that every error path has something to leak. Each test names the attack class it
 
 from __future__ import annotations
 
+import http.client
+import os
 import secrets
 from pathlib import Path
 
@@ -37,7 +39,9 @@ def victim(tmp_path_factory):
         "DEFL_PEERS": "0x" + "11" * 20 + "@http://10.255.0.1:9/secret-peer-path",
         "DEFL_LOGIN_LOCKOUT_FAILURES": str(LOCKOUT_FAILURES),
         "DEFL_LOGIN_LOCKOUT_S": str(LOCKOUT_S),
+        "TMPDIR": str(data_dir / "tmp"),  # where Django would spool an upload
     }
+    (data_dir / "tmp").mkdir()
     first = NodeProcess(data_dir, env=env, threads=4)
     second = NodeProcess(data_dir, env=env, threads=4, private_key=first.private_key)
     first.migrate()
@@ -137,6 +141,12 @@ def test_a_viewer_cannot_write_anything(victim):
         ("post", "/api/jobs/1/cancel", None),
         ("post", "/api/datasets", {"files": {"file": ("d.csv", b"a,b\n1,2\n")}, "data": {"name": "d"}}),
         ("post", "/api/datasets/1/grants", {"json": {"grantee": "0x" + "22" * 20}}),
+        ("post", "/api/swarm/blobs?pin=1", {"files": {"file": ("b.bin", b"x" * 1000)}}),
+        (
+            "post",
+            "/api/swarm/blobs",
+            {"data": b"x" * 1000, "headers": {"Content-Type": "application/octet-stream"}},
+        ),
     ]
     for method, path, kwargs in writes:
         response = viewer.request(method, first.url + path, timeout=60, **(kwargs or {}))
@@ -192,3 +202,38 @@ def test_brute_force_login_across_processes_is_locked_out(victim):
     # The node keeps serving everyone else: token clients are not affected by the lockout.
     for role, token in victim["tokens"].items():
         assert _session(token).get(second.url + "/api/auth/me", timeout=30).json()["role"] == role
+
+
+def test_a_large_multipart_upload_never_reaches_the_temp_directory(victim):
+    """Attack class: data at rest in the clear (an upload spooled to a plaintext temp file, where a
+    crash, a backup or another local user finds it)."""
+    first, _ = victim["nodes"]
+    temp_dir = victim["data_dir"] / "tmp"
+    boundary = "defl-upload-boundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    payload = b"plaintext!" * (800 * 1024)  # 8 MB, far above Django's 2.5 MB spooling threshold
+    connection = http.client.HTTPConnection("127.0.0.1", first.port, timeout=120)
+    connection.putrequest("POST", "/api/swarm/blobs")
+    connection.putheader("Authorization", f"Token {victim['tokens']['operator']}")
+    connection.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+    connection.putheader("Content-Length", str(len(head) + len(payload) + len(tail)))
+    connection.endheaders()
+    connection.send(head)
+    seen = []
+    step = 512 * 1024
+    for offset in range(0, len(payload), step):
+        connection.send(payload[offset : offset + step])
+        seen.extend(os.listdir(temp_dir))  # while the node is reading the body
+    connection.send(tail)
+    response = connection.getresponse()
+    body = response.read().decode()
+    connection.close()
+    assert seen == [], f"the upload was spooled to {seen}"
+    assert os.listdir(temp_dir) == []
+    assert response.status != 403, body  # it was read, as an operator's upload
+    for leak in victim["secrets"]:
+        assert leak not in body
