@@ -212,6 +212,9 @@ DEFL_ALLOW_PRIVATE_PEERS = env_bool("DEFL_ALLOW_PRIVATE_PEERS", False)
 # refused (413) as soon as it passes the limit: no plaintext ever reaches a temp file.
 DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
 FILE_UPLOAD_HANDLERS = ["backend.api.uploads.BoundedMemoryUploadHandler"]
+# Largest JSON or form body (not a file upload) an endpoint reads, before it reads it (413 beyond;
+# Django's default). The anonymous login takes 16 KiB at most.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DEFL_MAX_REQUEST_BYTES", 2621440)
 # How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
 DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")

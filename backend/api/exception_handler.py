@@ -21,6 +21,8 @@ import logging
 import re
 import uuid
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -135,6 +137,18 @@ def exception_handler(exc, context):
         # The full text (a peer's URL, a keystore path) is for the log, the sentence for the caller.
         logger.warning("service error in %s: %r", context.get("view"), exc)
         return Response({"detail": scrub(str(exc)) or type(exc).__name__}, status=service_status)
+
+    if isinstance(exc, RequestDataTooBig):  # Django's DATA_UPLOAD_MAX_MEMORY_SIZE, checked from the header
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {
+                "detail": f"the request body exceeds this node's limit of {limit} bytes (DEFL_MAX_REQUEST_BYTES)"
+            },
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, SuspiciousOperation):  # too many fields, a bad Host: the caller's error
+        logger.warning("suspicious request in %s: %r", context.get("view"), exc)
+        return Response({"detail": "the request is malformed"}, status=status.HTTP_400_BAD_REQUEST)
 
     response = drf_exception_handler(exc, context)  # Http404, PermissionDenied
     if response is not None:

@@ -28,6 +28,16 @@ class UploadTooLarge(APIException):
         super().__init__(f"the upload exceeds this node's limit of {limit} bytes (DEFL_MAX_UPLOAD_BYTES)")
 
 
+class RequestTooLarge(APIException):
+    """A (non-file) request body above the endpoint's bound, refused from its Content-Length."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "request_too_large"
+
+    def __init__(self, limit: int):
+        super().__init__(f"the request body exceeds this endpoint's limit of {limit} bytes")
+
+
 class BoundedMemoryUploadHandler(FileUploadHandler):
     def __init__(self, request=None):
         super().__init__(request)

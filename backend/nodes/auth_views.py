@@ -14,9 +14,12 @@ from rest_framework.views import APIView
 from backend.api.authentication import ExpiringTokenAuthentication
 from backend.api.permissions import AnyRole
 from backend.api.throttling import LoginAddressThrottle, LoginLockout, LoginUsernameThrottle
+from backend.api.uploads import RequestTooLarge
 from backend.nodes.accounts import api_token
 from backend.nodes.roles import role_of
 from backend.nodes.serializers import LoginResponseSerializer, LoginSerializer, MeSerializer
+
+LOGIN_BODY_BYTES = 16 * 1024  # a username and a password
 
 
 def _me(user) -> dict:
@@ -31,6 +34,16 @@ class LoginView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes = [LoginAddressThrottle, LoginUsernameThrottle]
+
+    def initial(self, request, *args, **kwargs):
+        # Anyone may post here: refuse a large body from its header, before a byte of it is read.
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > LOGIN_BODY_BYTES:
+            raise RequestTooLarge(LOGIN_BODY_BYTES)
+        super().initial(request, *args, **kwargs)
 
     def get_authenticate_header(self, request) -> str:
         # Without authenticators DRF would turn a failed login into 403; it is a 401.

@@ -144,9 +144,26 @@ def test_a_forged_forwarded_for_header_does_not_escape_the_address_throttle(sett
 
 
 def test_an_oversized_username_is_a_form_error_not_a_cache_key():
-    response = _login(APIClient(), "u" * 100_000, "guess")
+    response = _login(APIClient(), "u" * 10_000, "guess")
     assert response.status_code == 400
     assert response.json()["errors"]["username"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_an_anonymous_login_body_over_16_kib_is_refused_before_it_is_read(content_type):
+    body = b'{"username": "' + b"u" * 20_000 + b'", "password": "x"}'
+    response = APIClient().post("/api/auth/login", body, content_type=content_type)
+    assert response.status_code == 413
+    assert "exceeds this endpoint's limit of 16384 bytes" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_an_api_body_over_the_request_limit_is_413_not_500(operator, settings, content_type):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+    body = b'{"name": "' + b"n" * 100_000 + b'"}'
+    response = operator.post("/api/jobs", body, content_type=content_type)
+    assert response.status_code == 413
+    assert "limit of 65536 bytes (DEFL_MAX_REQUEST_BYTES)" in response.json()["detail"]
 
 
 # ----------------------------------------------------------------------------- tokens
