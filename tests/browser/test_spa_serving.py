@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -82,3 +83,17 @@ def test_swagger_ui_is_served_by_the_node_without_a_cdn(client):
     for src in scripts:
         assert finders.find(src.removeprefix("/static/")), src
         assert client.get(src).status_code == 200, src
+
+
+def test_the_shell_revalidates_with_its_etag_and_follows_a_new_build(client, built_dist):
+    first = client.get("/jobs/3")
+    etag = first["ETag"]
+    again = client.get("/datasets", HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304 and again["Cache-Control"] == "no-cache"
+    index = built_dist / "index.html"
+    index.write_text(
+        "<!doctype html><div id=app></div><script src=/static/assets/index-NEWbuild.js></script>"
+    )
+    os.utime(index, ns=(index.stat().st_mtime_ns + 10**9,) * 2)
+    rebuilt = client.get("/", HTTP_IF_NONE_MATCH=etag)
+    assert rebuilt.status_code == 200 and b"index-NEWbuild" in rebuilt.content and rebuilt["ETag"] != etag
