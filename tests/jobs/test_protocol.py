@@ -12,11 +12,13 @@ import time
 import pytest
 from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
+from backend.datasets.budget import budget_ledger, compose
 from backend.datasets.models import PrivacyRelease
 from backend.jobs.driver import actions, agent, aggregator, trainer, workspace
 from backend.jobs.models import RoundAction, RoundMetric
 from backend.ledger.abi import EventDecoder
 from backend.serving.models import GlobalModel
+from fl_node.privacy_audit import assert_claim_holds
 
 pytestmark = pytest.mark.django_db
 
@@ -115,8 +117,12 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
         actions.release_lost_claims(node.ctx)
     diverged = diverging_aggregate(monkeypatch)
     finished = 3
+    # Round 2's trainers tick before its committee, so they train ahead of the fixed model (the
+    # committee is elected from noisy scores, so who it is varies from run to run).
+    elected = set(chain_rounds(nodes[0].ctx.ledger, job_id)[1]["next"])
+    trainers_first = sorted(nodes, key=lambda n: n.ctx.address in elected)
     run_until(
-        nodes,
+        trainers_first,
         monkeypatch,
         lambda: (
             fl.get_job(job_id).status == finished and RoundMetric.objects.filter(job_id=job_id).count() == 10
@@ -167,6 +173,11 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
         assert not releases.filter(status=PrivacyRelease.Status.RESERVED).exists()
         kinds = {(r.round, r.kind, r.status) for r in releases}
         assert kinds, node.ctx.address
+        # An auditor recomputes the dataset's claim from the recorded releases with Google's
+        # dp-accounting (RDP curve and PLD): no claim may be below it.
+        ledger = budget_ledger(dataset)
+        assert_claim_holds(compose(releases), delta=ledger.delta, claimed_epsilon=ledger.spent())
+        assert releases.order_by("-id").first().epsilon_after == pytest.approx(ledger.spent())
         if node in nodes[:2]:  # round 1's committee: its noisy scores were a charged release
             assert (1, "score_count", PrivacyRelease.Status.RELEASED) in kinds, kinds
         if node.ctx.address == victim:
