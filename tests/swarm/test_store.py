@@ -106,3 +106,26 @@ def test_a_fan_out_directory_removed_behind_the_store_is_made_again(tmp_path):
     shutil.rmtree(store.path(address).parent)  # the store made it, and remembers that
     store.put(address, data)
     assert store.get(address) == data
+
+
+def test_full_size_chunks_are_written_past_the_page_cache_or_buffered_where_refused(tmp_path, monkeypatch):
+    import backend.swarm.store as store_module
+
+    chunks = [os.urandom((1 << 20) + 8), os.urandom(1 << 20), os.urandom(5000)]
+    direct = ChunkStore(tmp_path / "direct", fsync=True)
+    direct.put_many([(chunk_address(c), c) for c in chunks])
+    assert all(direct.get(chunk_address(c)) == c for c in chunks)
+
+    real_open = os.open
+
+    def no_direct(path, flags, *args):
+        if flags & store_module._O_DIRECT:
+            raise OSError(22, "Invalid argument")  # tmpfs and some network filesystems
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(store_module.os, "open", no_direct)
+    buffered = ChunkStore(tmp_path / "buffered", fsync=True)
+    buffered.put_many([(chunk_address(c), c) for c in chunks])
+    assert not buffered._direct
+    assert all(buffered.get(chunk_address(c)) == c for c in chunks)
+    assert not list((tmp_path / "buffered").glob("??/*.tmp"))
