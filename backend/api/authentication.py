@@ -14,8 +14,9 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 
-def token_expired(token) -> bool:
-    return token.created < timezone.now() - timedelta(seconds=settings.DEFL_TOKEN_TTL_S)
+def token_expired(token, *, margin_s: float = 0) -> bool:
+    """Whether ``token`` has expired, or will within ``margin_s`` seconds."""
+    return token.created < timezone.now() - timedelta(seconds=settings.DEFL_TOKEN_TTL_S - margin_s)
 
 
 class ExpiringTokenAuthentication(TokenAuthentication):

@@ -32,10 +32,14 @@ def create_or_update_user(
     return user, created
 
 
-def api_token(user) -> str:
-    """The user's API token; an expired one is replaced by a fresh one (DEFL_TOKEN_TTL_S)."""
+def api_token(user, *, valid_for_s: float = 0) -> str:
+    """The user's API token, replaced by a fresh one when it expires within ``valid_for_s`` seconds.
+
+    A login asks for half the lifetime (DEFL_TOKEN_TTL_S), so it never hands out a token about
+    to expire, while clients that share the account keep theirs for most of its life.
+    """
     token, _ = Token.objects.get_or_create(user=user)
-    if token_expired(token):
+    if token_expired(token, margin_s=valid_for_s):
         token.delete()
         token = Token.objects.create(user=user)
     return token.key

@@ -1,5 +1,6 @@
 """Login, logout and "who am I" for the dashboard (session) and for API clients (token)."""
 
+from django.conf import settings
 from django.contrib.auth import authenticate, login, logout
 from django.middleware.csrf import get_token
 from drf_spectacular.utils import extend_schema
@@ -63,7 +64,8 @@ class LoginView(APIView):
         lockout.succeeded()
         login(request, user)
         get_token(request)  # sets the CSRF cookie the dashboard sends back on writes
-        return Response({"token": api_token(user), "user": _me(user)})
+        token = api_token(user, valid_for_s=settings.DEFL_TOKEN_TTL_S / 2)
+        return Response({"token": token, "user": _me(user)})
 
 
 class LogoutView(APIView):

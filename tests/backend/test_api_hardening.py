@@ -188,6 +188,15 @@ def test_an_expired_token_is_401_with_a_sentence_and_login_issues_a_new_one(sett
     assert client.get("/api/auth/me").json()["role"] == "viewer"
 
 
+def test_a_login_late_in_a_tokens_life_hands_out_a_fresh_one(settings):
+    settings.DEFL_TOKEN_TTL_S = 3600
+    user, _ = create_or_update_user("gus", Role.VIEWER, password="s3cret-pass")
+    old = api_token(user)
+    assert _login(APIClient(), "gus", "s3cret-pass").json()["token"] == old  # young: kept
+    Token.objects.filter(key=old).update(created=timezone.now() - timedelta(seconds=2000))
+    assert _login(APIClient(), "gus", "s3cret-pass").json()["token"] != old  # past half its life
+
+
 def test_a_token_inside_its_lifetime_works(settings):
     settings.DEFL_TOKEN_TTL_S = 3600
     user, _ = create_or_update_user("fay", Role.VIEWER, password="s3cret-pass")
