@@ -217,3 +217,55 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
             assert agent.tick(node.ctx, lambda due: pytest.fail(f"{due} offered again")) == []
     assert RoundAction.objects.count() == before
     assert not RoundAction.objects.exclude(state=RoundAction.State.DONE).exists()
+
+    curious_member_replays_an_update(nodes, job_id, history, attacker, monkeypatch)
+
+
+def curious_member_replays_an_update(nodes, job_id, history, attacker, monkeypatch) -> None:
+    """Attack class: regenerating a node's DP noise from public values (config seed, round, index).
+
+    The curious member has everything public (the config in the swarm, the chain, the update blob)
+    and, beyond that, the victim's own training data. It replays the victim's round 2 with the
+    randomness it can derive from public values: the residual stays at least at the noise's own
+    scale, so subtracting the replay does not strip the noise.
+    """
+    import math
+
+    import torch
+
+    from backend.jobs import blobs
+    from backend.jobs.driver import state
+    from backend.jobs.driver.privacy import node_plan
+    from backend.jobs.services import config_of, job_record
+    from backend.ledger import models as mirror
+    from fl_node.codec import decode_update, update_spec
+    from fl_node.local_round import local_round
+    from fl_node.secure_random import TorchRandom
+
+    victim = next(n for n in nodes if n.ctx.address in history[2]["updates"] and n.ctx.address != attacker)
+    with acting_as(victim, monkeypatch):
+        job = mirror.Job.objects.get(job_id=job_id)
+        config = config_of(job_record(victim.ctx, job_id))
+        dataset = state.my_dataset(job, victim.ctx.address)
+        train, _ = workspace.local_split(dataset, config)
+        reference, model_hash = state.base_model(job, 2)
+        _, base, _ = workspace.global_model(victim.ctx, reference, model_hash, config)
+        update = job.updates.get(round=2, trainer=victim.ctx.address)
+        released = decode_update(blobs.get(victim.ctx, update.reference), expected=update_spec(base))
+        plan = node_plan(job, config, dataset)
+    seed = trainer.round_seed(config, 2, state.participant_index(job, victim.ctx.address))
+    replay = local_round(
+        config.build_model(),
+        base,
+        train,
+        config.train_config(seed, plan),
+        num_classes=config.num_classes,
+        randomness=TorchRandom(torch.Generator().manual_seed(seed)),
+    ).update
+    residual = math.sqrt(sum(float((released[k] - replay[k]).double().pow(2).sum()) for k in replay))
+    params = sum(v.numel() for v in replay.values())
+    steps = plan.train.steps
+    # The noise alone: each step adds lr * sigma * C / batch per coordinate (momentum only adds).
+    noise_floor = config.lr * plan.train.noise_multiplier * config.dp.max_grad_norm / config.batch_size
+    noise_floor *= math.sqrt(params * steps)
+    assert residual > 0.5 * noise_floor, (residual, noise_floor)
