@@ -68,8 +68,24 @@ class RoundPrinter:
             line = f"round {r['round']}/{job['rounds']}: {r['phase']:<11} updates {len(r.get('updates', []))}"
             line += f" accepted {accepted}  transactions {txs}"
             if metrics:
-                line += f"  accuracy {metrics['accuracy']:.3f}  epsilon {metrics['epsilon']:.2f}"
+                line += f"  accuracy {metrics['accuracy']:.3f}"
+            line += _epsilon_text(job)
             self.console.print(line)
+
+
+def _epsilon_text(job: dict) -> str:
+    """The job's epsilon as the API states it: the largest any participant spent, reserved apart."""
+    privacy = job.get("privacy") or {}
+    if privacy.get("epsilon_max") is None:
+        return ""
+    participants = privacy.get("participants") or []
+    reserved = max((p.get("epsilon_reserved") or 0.0 for p in participants), default=0.0)
+    text = (
+        f"  epsilon (max over participants, delta {privacy.get('delta', 0):g}) {privacy['epsilon_max']:.2f}"
+    )
+    if reserved > 0:
+        text += f" (+{reserved:.2f} reserved)"
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 def _summary(console: Console, federation: LocalFederation, job_id: int, job: dict) -> None:
     rounds = federation.rounds(federation.nodes[0], job_id)
     table = Table(title=f"job {job_id}: {job['status']}")
-    for column in ("round", "committee", "accepted", "accuracy", "epsilon", "global model hash"):
+    for column in ("round", "committee", "accepted", "accuracy", "epsilon of node A", "global model hash"):
         table.add_column(column)
     for r in rounds:
         metrics = r.get("metrics") or {}
@@ -156,13 +172,17 @@ def _summary(console: Console, federation: LocalFederation, job_id: int, job: di
     for node in federation.nodes:
         console.print(f"  {node.spec.name}: {node.url}/")
     last = rounds[-1].get("metrics") or {}
+    privacy = job.get("privacy") or {}
+    console.print(f"privacy:{_epsilon_text(job) or ' (not reported)'}")
     print(
         json.dumps(
             {
                 "job": job_id,
                 "status": job["status"],
                 "final_accuracy": last.get("accuracy"),
-                "epsilon": last.get("epsilon"),
+                "epsilon_max": privacy.get("epsilon_max"),
+                "epsilon_final": privacy.get("final"),
+                "delta": privacy.get("delta"),
             }
         )
     )
