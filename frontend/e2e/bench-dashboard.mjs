@@ -1,6 +1,6 @@
 // Browser side of bench/dashboard.py: cold-cache loads of the dashboard on a real node.
 //   DEFL_URL=http://127.0.0.1:8000 DEFL_USER=... DEFL_PASSWORD=... [DEFL_RUNS=5] node e2e/bench-dashboard.mjs
-// Each run is a fresh browser context (empty cache): sign in through the API (session cookie),
+// Each run is a fresh browser context (empty cache): sign in through the API (token in storage),
 // load the overview and read its Largest Contentful Paint and the JavaScript transferred; the
 // job page is a deep link to a job whose API answers are mocked (fixtures/federation.js), so
 // its chart (and the charting library) loads as on a job with finished rounds. The same loads
@@ -20,8 +20,11 @@ const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true
 async function freshContext({ identity = false } = {}) {
   const context = await browser.newContext({ viewport: { width: 1366, height: 860 }, reducedMotion: 'reduce' })
   if (identity) await context.setExtraHTTPHeaders({ 'Accept-Encoding': 'identity' })
+  // Signed in as the dashboard would be: the token in this origin's storage before any script runs.
   const login = await context.request.post(`${baseUrl}/api/auth/login`, { data: { username: user, password } })
   if (!login.ok()) throw new Error(`sign-in failed: HTTP ${login.status()}`)
+  const saved = JSON.stringify(await login.json())
+  await context.addInitScript((value) => localStorage.setItem('defl.session', value), saved)
   return context
 }
 

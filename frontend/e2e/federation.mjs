@@ -1,7 +1,11 @@
-// The whole federation through the dashboards of several nodes, as their operators would do it:
-// upload a dataset on every node, create a job on the first, join it from every node (its own included), start it,
-// watch the rounds complete and the accuracy chart draw (live, without a reload), find the
-// rejected update of the attacker, download the global model and try it on a sample.
+// The whole federation through the dashboards of several nodes, as their operators would do it,
+// by clicking (only the sign-in page is typed as a URL): upload a dataset on every node; grant
+// node 1 access to node 0's dataset and see it listed on node 1, then revoke it (confirmed);
+// create a job from the jobs page of node 0 (the wizard shows who can join; node 0 joins with its
+// dataset in the same step), join it from every other node, start it once enough joined,
+// watch the rounds complete and the accuracy chart draw (live, without a reload), open a round
+// and find the rejected update of the attacker, download the served model and try it on a
+// sample; then create a second job and cancel it; and follow the job on a 390 px phone.
 //
 // Needs a running local federation (several node processes on one chain, with the round driver).
 //   DEFL_NODES=http://127.0.0.1:8101,http://127.0.0.1:8102,http://127.0.0.1:8103  first one creates the job
@@ -17,7 +21,7 @@
 // The last line printed is a JSON summary; exit status 0 only when every step passed.
 import { readFileSync, statSync } from 'node:fs'
 import { basename } from 'node:path'
-import { check, launch, requireEnv, screenshotter, settled, signIn, watchConsole } from './browser.mjs'
+import { PHONE, check, launch, requireEnv, screenshotter, settled, signIn, watchConsole } from './browser.mjs'
 
 const env = (name, fallback) => process.env[name] || fallback
 const nodes = requireEnv('DEFL_NODES').split(',').map((url) => url.trim().replace(/\/$/, ''))
@@ -63,9 +67,14 @@ async function fillNumber(page, field, value) {
   await input.blur()
 }
 
+// The main menu, as a user moves between sections.
+async function openSection(page, name, selector) {
+  await page.locator(`[data-test=nav-${name}]`).click()
+  await settled(page, selector)
+}
+
 async function uploadDataset(page, baseUrl, file, index) {
-  await page.goto(`${baseUrl}/datasets`)
-  await settled(page, '[data-test=upload-form]')
+  await openSection(page, 'datasets', '[data-test=upload-form]')
   const name = `${basename(file).replace(/\.[^.]+$/, '')}-${index}`
   await page.locator('input[data-test=file-input]').setInputFiles(file)
   await page.locator('input[data-test=name-input]').fill(name)
@@ -82,10 +91,14 @@ async function uploadDataset(page, baseUrl, file, index) {
   return { name, id: new URL(page.url()).pathname.split('/').pop() }
 }
 
-async function createJob(page, baseUrl, dataset) {
-  await page.goto(`${baseUrl}/jobs/new`)
+async function createJob(page, name, dataset, { expectMembers = nodes.length } = {}) {
+  await openSection(page, 'jobs', '[data-test=jobs-page]')
+  await page.locator('[data-test=new-job]').click()
+  await page.waitForURL((url) => url.pathname === '/jobs/new', { timeout: 20000 })
   await settled(page, '[data-test=job-form]')
-  await page.locator('input[data-test=job-name]').fill(jobName)
+  // The wizard knows who can join before anything is sent.
+  await page.locator('[data-test=job-plan]', { hasText: `${expectMembers} member(s) can join` }).waitFor({ timeout: 30000 })
+  await page.locator('input[data-test=job-name]').fill(name)
   await chooseOption(page, 'Model', config.model.toUpperCase() === 'MLP' ? 'MLP' : config.model)
   await chooseOption(page, 'Dataset this node brings', dataset.name)
   await chooseOption(page, 'Strategy / defense', { fedavg: 'FedAvg', median: 'median', trimmed_mean: 'Trimmed', krum: 'Krum' }[config.strategy] || config.strategy)
@@ -98,36 +111,64 @@ async function createJob(page, baseUrl, dataset) {
   await fillNumber(page, 'Top-k accepted updates', config.topK)
   await fillNumber(page, 'Minimum trainers', config.minTrainers)
   await fillNumber(page, 'Round deadline (seconds)', config.roundTimeout)
-  await shots.shot(page, 'node0-job-form')
+  check(failures, !(await page.locator('[data-test=job-plan-problems]').count()), `the wizard refuses a startable job: ${await page.locator('[data-test=job-plan-problems]').innerText().catch(() => '')}`)
+  await shots.shot(page, `node0-job-form-${name.endsWith('-cancel') ? 'cancel' : 'main'}`)
   await page.locator('[data-test=job-submit]').click()
   const error = page.locator('[data-test=job-error] .el-alert__title, [data-test=job-form] .el-form-item__error').first()
   await Promise.race([page.waitForURL(/\/jobs\/\d[^/]*$/, { timeout: 120000 }), error.waitFor({ timeout: 120000 })])
   if (await error.count()) throw new Error(`the job was refused: ${await error.innerText()}`)
   await settled(page, '[data-test=job-page]')
+  // Creating the job also joined it with the chosen dataset.
+  await page.locator('[data-test=job-summary]', { hasText: `joined with dataset ${dataset.id}` }).waitFor({ timeout: 60000 })
+  check(failures, !(await page.locator('[data-test=join-form]').count()), 'the proposer is asked to join its own job again')
   return new URL(page.url()).pathname
 }
 
-// A job's id is its on-chain id, the same on every node; another node shows the job once
-// its indexer picked it up from the chain.
-async function joinJob(page, baseUrl, jobPath, dataset, index, errors) {
-  const before = errors.length
+// A job's id is its on-chain id, the same on every node; another node lists the job once its
+// indexer picked it up from the chain (the jobs page refreshes itself).
+async function openJob(page, name) {
+  await openSection(page, 'jobs', '[data-test=jobs-page]')
+  const link = page.locator('[data-test=jobs-table] a', { hasText: name })
   const deadline = Date.now() + 120000
-  for (;;) {
-    await page.goto(`${baseUrl}${jobPath}`)
-    await page.locator('[data-test=job-page]').waitFor({ timeout: 20000 })
-    await page.waitForFunction(() => !document.querySelector('[data-test=loading]'), null, { timeout: 20000 })
-    if (await page.locator('[data-test=job-actions] form').count()) break
-    if (Date.now() > deadline) throw new Error(`node ${index} never offered to join ${jobPath}`)
-    await page.waitForTimeout(3000)
+  while (!(await link.count())) {
+    if (Date.now() > deadline) throw new Error(`the job ${name} never appeared in the jobs list`)
+    await page.waitForTimeout(2000)
+    await openSection(page, 'jobs', '[data-test=jobs-page]')
   }
-  await page.locator('[data-test=job-actions] .el-select').click()
+  await link.first().click()
+  await settled(page, '[data-test=job-page]')
+}
+
+async function joinJob(page, dataset, index) {
+  await openJob(page, jobName)
+  await page.locator('[data-test=join-form]').waitFor({ timeout: 30000 })
+  check(failures, !(await page.locator('[data-test=start-job]').count()) && !(await page.locator('[data-test=cancel-job]').count()), `node ${index} (not the proposer) is offered Start or Cancel`)
+  await page.locator('[data-test=join-dataset]').click()
   await page.locator('.el-select-dropdown:visible .el-select-dropdown__item', { hasText: dataset.name }).first().click()
-  await page.locator('[data-test=job-actions] button:has-text("Join")').click()
+  await page.locator('[data-test=join-job]').click()
   await page.locator('.el-message--success').waitFor({ timeout: 60000 })
   await shots.shot(page, `node${index}-joined`)
-  // While the job was not indexed here yet, its page answered 404: expected, not a fault.
-  const unexpected = errors.slice(before).filter((error) => !(error.includes('status of 404') && error.includes('/api/jobs/')))
-  errors.splice(before, errors.length - before, ...unexpected)
+}
+
+async function grantAndRevoke(owner, grantee, dataset, granteeAddress) {
+  current = 'node 0 grant'
+  await owner.page.locator('[data-test=grant-node]').click()
+  await owner.page.keyboard.type(granteeAddress)
+  await owner.page.locator('.el-select-dropdown:visible .el-select-dropdown__item', { hasText: granteeAddress }).first().click()
+  await owner.page.locator('[data-test=grant-submit]').click()
+  await owner.page.locator('[data-test=grant-state]', { hasText: 'granted' }).waitFor({ timeout: 60000 })
+  current = 'node 1 sees the grant'
+  await openSection(grantee.page, 'datasets', '[data-test=datasets-page]')
+  await grantee.page.locator('[data-test=granted-to-me] [data-test=granted-state]', { hasText: 'granted' }).waitFor({ timeout: 60000 })
+  check(failures, (await grantee.page.locator('[data-test=granted-to-me]').innerText()).includes('org-a'), 'the grantee does not see the owner of the granted dataset')
+  await shots.shot(grantee.page, 'node1-granted-to-me')
+  current = 'node 0 revoke'
+  await owner.page.locator('[data-test=revoke-grant]').click()
+  await owner.page.locator('.el-message-box button', { hasText: 'Revoke' }).click()
+  await owner.page.locator('[data-test=grant-state]', { hasText: 'revoked' }).waitFor({ timeout: 60000 })
+  current = 'node 1 sees the revocation'
+  await grantee.page.locator('[data-test=granted-to-me] [data-test=granted-state]', { hasText: 'revoked' }).waitFor({ timeout: 60000 })
+  steps.push(`dataset ${dataset.id} granted to node 1 and revoked`)
 }
 
 async function watchRounds(page) {
@@ -154,6 +195,9 @@ async function watchRounds(page) {
     await page.waitForTimeout(2000)
   }
   check(failures, await page.evaluate(() => window.__deflNotReloaded === true), 'the job page reloaded while watching the rounds')
+  // The newest round is the one open on the page.
+  const openTitles = await page.locator('.el-collapse-item.is-active .el-collapse-item__header').allInnerTexts()
+  check(failures, openTitles.some((title) => title.includes(`Round ${config.rounds}`)), `the newest round is not open (open: ${openTitles.join(', ')})`)
   await page.locator('[data-test=metrics-chart] canvas').first().waitFor({ timeout: 30000 })
   await page.waitForTimeout(500)
 }
@@ -174,8 +218,9 @@ async function findRejectedUpdate(page) {
 }
 
 async function downloadAndPredict(page, baseUrl, csvFile) {
-  await page.goto(`${baseUrl}/models`)
-  await settled(page, '[data-test=models-page]')
+  await openSection(page, 'models', '[data-test=models-page]')
+  check(failures, (await page.locator('[data-test=model-served]').count()) >= 1, 'no model is marked as served')
+  check(failures, (await page.locator('[data-test=models-table]').innerText()).includes(jobName), 'the models do not name their job')
   await page.locator('[data-test=models-table] button:has-text("Download")').first().waitFor({ timeout: 60000 })
   const [download] = await Promise.all([page.waitForEvent('download'), page.locator('[data-test=models-table] button:has-text("Download")').first().click()])
   const path = await download.path()
@@ -213,26 +258,44 @@ try {
     steps.push(`node ${index}: dataset ${uploaded[index].name} stored as ${uploaded[index].id}`)
   }
   const [first] = pages
+  if (pages.length > 1) await grantAndRevoke(first, pages[1], uploaded[0], process.env.DEFL_GRANTEE_ADDRESS || '')
   current = 'node 0 create job'
-  const jobPath = await createJob(first.page, first.baseUrl, uploaded[0])
-  steps.push(`job created: ${jobPath}`)
-  // Every node joins with its dataset, the proposer's included: creating a job does not join it.
-  for (const [index, { page, baseUrl, errors }] of pages.entries()) {
+  const jobPath = await createJob(first.page, jobName, uploaded[0])
+  steps.push(`job created and joined by node 0: ${jobPath}`)
+  check(failures, (await first.page.locator('[data-test=start-waiting]').count()) === 1, 'Start is offered before enough nodes joined')
+  for (const [index, { page }] of pages.entries()) {
+    if (index === 0) continue
     current = `node ${index} join`
-    await joinJob(page, baseUrl, jobPath, uploaded[index], index, errors)
+    await joinJob(page, uploaded[index], index)
     steps.push(`node ${index} joined`)
   }
   current = 'node 0 start'
-  await first.page.goto(`${first.baseUrl}${jobPath}`)
-  await settled(first.page, '[data-test=job-page]')
-  const start = first.page.locator('[data-test=start-job]')
-  if (await start.count()) await start.click()
+  // The job page follows the joins by itself; Start appears once enough participants joined.
+  await first.page.locator('[data-test=start-job]').waitFor({ timeout: 120000 })
+  await first.page.locator('[data-test=start-job]').click()
   current = 'node 0 rounds'
   await watchRounds(first.page)
   current = 'node 0 audit trail'
   await findRejectedUpdate(first.page)
+  current = 'node 1 on a phone'
+  const phone = pages[1].page
+  await phone.setViewportSize(PHONE)
+  await openJob(phone, jobName)
+  await phone.waitForTimeout(500)
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+  check(failures, overflow <= 1, `the job page is ${overflow} px wider than a phone`)
+  await shots.shot(phone, 'node1-job-phone')
   current = 'node 0 models'
   await downloadAndPredict(first.page, first.baseUrl, datasets[0])
+  current = 'node 0 cancel a job'
+  const cancelPath = await createJob(first.page, `${jobName}-cancel`, uploaded[0])
+  await first.page.locator('[data-test=cancel-job]').click()
+  await first.page.locator('.el-message-box button', { hasText: 'Cancel job' }).click()
+  await first.page.locator('[data-test=job-summary] .el-tag', { hasText: 'cancelled' }).waitFor({ timeout: 60000 })
+  check(failures, !(await first.page.locator('[data-test=rounds-to-come]').count()), 'a cancelled job still shows rounds to come')
+  check(failures, !(await first.page.locator('[data-test=cancel-job]').count()), 'a cancelled job still offers Cancel')
+  await shots.shot(first.page, 'node0-job-cancelled')
+  steps.push(`job ${cancelPath} cancelled`)
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)
   for (const [index, { page }] of pages.entries()) await shots.shot(page, `failure-node${index}`).catch(() => {})

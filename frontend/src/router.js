@@ -1,8 +1,7 @@
 // Every page is its own chunk (lazy routes). Routes carry the action they need,
 // so a role that may not do it is sent back to the overview.
 import { createRouter, createWebHistory } from 'vue-router'
-import { restoreSession, session } from './lib/session.js'
-import { api } from './lib/api.js'
+import { onSessionChange, session } from './lib/session.js'
 import { can } from './lib/permissions.js'
 
 export const routes = [
@@ -19,20 +18,17 @@ export const routes = [
 
 export function guard(to) {
   if (to.meta.public) return true
-  if (!session.user) return { name: 'login', query: to.fullPath === '/' ? {} : { redirect: to.fullPath } }
+  if (!session.token) return { name: 'login', query: to.fullPath === '/' ? {} : { redirect: to.fullPath } }
   if (to.meta.action && !can(session.user?.role, to.meta.action)) return { name: 'overview' }
   return true
 }
 
 export const router = createRouter({ history: createWebHistory('/'), routes })
-// The first navigation of a tab waits for the session cookie's answer (one /api/auth/me);
-// meanwhile the page's code is fetched, so the two round trips overlap instead of queueing.
-router.beforeEach(async (to) => {
-  if (!to.meta.public) {
-    const loaders = to.matched.map((record) => record.components?.default).filter((component) => typeof component === 'function')
-    await Promise.all([restoreSession(api.me), ...loaders.map((load) => load().catch(() => null))])
-  }
-  return guard(to)
+router.beforeEach(guard)
+// Signed out in another tab: this one leaves its page too.
+onSessionChange((state) => {
+  const current = router.currentRoute.value
+  if (!state.token && !current.meta.public) router.replace({ name: 'login' })
 })
 router.afterEach((to) => {
   document.title = `${to.meta.title || 'DeFL'} · DeFL node`

@@ -27,7 +27,7 @@ import DatasetsPage from '../src/pages/DatasetsPage.vue'
 import JobsPage from '../src/pages/JobsPage.vue'
 import JobPage from '../src/pages/JobPage.vue'
 
-const signInAs = (role) => setSession({ username: role, role })
+const signInAs = (role) => setSession('token', { username: role, role })
 
 async function mountPage(component, props = {}) {
   const router = createRouter({ history: createMemoryHistory(), routes })

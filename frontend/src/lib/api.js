@@ -1,8 +1,7 @@
 // The node's REST API (docs/API.md). Every call goes through one axios instance that
-// sends the session cookie with the CSRF header and turns failures into ApiError;
-// a 401 ends the session.
+// adds the token (lib/session.js) and turns failures into ApiError; a 401 ends the session.
 import axios from 'axios'
-import { clearSession } from './session.js'
+import { clearSession, session } from './session.js'
 
 export class ApiError extends Error {
   constructor(status, detail, errors = {}) {
@@ -13,14 +12,11 @@ export class ApiError extends Error {
   }
 }
 
-// Same-origin only: the session cookie goes along by itself, and axios copies Django's CSRF
-// cookie into the header Django checks on every write.
-const http = axios.create({
-  baseURL: '/api',
-  timeout: 60000,
-  withCredentials: false,
-  xsrfCookieName: 'csrftoken',
-  xsrfHeaderName: 'X-CSRFToken',
+const http = axios.create({ baseURL: '/api', timeout: 60000 })
+
+http.interceptors.request.use((config) => {
+  if (session.token) config.headers.Authorization = `Token ${session.token}`
+  return config
 })
 
 let onUnauthorized = () => {}
@@ -57,7 +53,7 @@ const list = (promise) => data(promise).then((body) => (Array.isArray(body) ? bo
 export const api = {
   login: (username, password) => data(http.post('/auth/login', { username, password }, { skipAuthRedirect: true })),
   logout: () => data(http.post('/auth/logout', null, { skipAuthRedirect: true })),
-  me: () => data(http.get('/auth/me', { skipAuthRedirect: true })),
+  me: () => data(http.get('/auth/me')),
 
   node: () => data(http.get('/node')),
   peers: () => list(http.get('/peers')),

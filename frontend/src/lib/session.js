@@ -1,70 +1,62 @@
-// Who is signed in. The credential is the node's session cookie (HttpOnly, set by
-// POST /api/auth/login), shared by every tab of the browser: a link opened in a new tab is
-// signed in too, and no script can read the credential. Writes carry the CSRF cookie's value
-// in X-CSRFToken (lib/api.js), so another site cannot make the browser act for the user.
-// This module keeps only the user's name and role, restored once per tab from /api/auth/me.
+// The signed-in user and their API token, kept in localStorage: every tab of this node's
+// origin shares it (a link opened in a new tab is signed in too) and it survives a reload.
+// Not a cookie: several nodes on one host (127.0.0.1:8101, :8102, ...) would overwrite each
+// other's cookies (cookies ignore the port), while storage is per origin. Requests carry the
+// token in the Authorization header, which another site cannot make the browser send (no CSRF).
+// A sign-in or sign-out in one tab reaches the others through the `storage` event; the token
+// expires on the node (DEFL_TOKEN_TTL_S) and logging out revokes it everywhere.
 import { reactive, readonly } from 'vue'
 
-const state = reactive({ user: null, restored: false })
-// A hint, not a credential: "some tab of this browser signed in". Without it a new tab goes
-// straight to the sign-in page instead of asking the node (and logging a 401).
-const HINT_KEY = 'defl.signed-in'
-const hint = {
-  get: () => {
-    try {
-      return localStorage.getItem(HINT_KEY) === '1'
-    } catch {
-      return true // storage blocked: ask the node
-    }
-  },
-  set: (on) => {
-    try {
-      if (on) localStorage.setItem(HINT_KEY, '1')
-      else localStorage.removeItem(HINT_KEY)
-    } catch {
-      // storage blocked: the hint only saves a request
-    }
-  },
+const STORAGE_KEY = 'defl.session'
+
+function load() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(STORAGE_KEY) || 'null')
+    if (saved && typeof saved.token === 'string' && saved.user) return { token: saved.token, user: saved.user }
+  } catch {
+    // a corrupt entry (or blocked storage) is the same as no session
+  }
+  return { token: null, user: null }
 }
+
+const state = reactive(load())
 
 export const session = readonly(state)
 
-export function setSession(user) {
+function save() {
+  try {
+    if (state.token) localStorage.setItem(STORAGE_KEY, JSON.stringify({ token: state.token, user: state.user }))
+    else localStorage.removeItem(STORAGE_KEY)
+  } catch {
+    // storage blocked: the session lasts as long as this tab
+  }
+}
+
+export function setSession(token, user) {
+  state.token = token
   state.user = user ? { username: user.username, role: user.role } : null
-  state.restored = true
-  hint.set(Boolean(state.user))
+  save()
 }
 
 export function clearSession() {
+  state.token = null
   state.user = null
-  state.restored = true
-  hint.set(false)
+  save()
 }
 
 export function isSignedIn() {
-  return Boolean(state.user)
+  return Boolean(state.token)
 }
 
-// A new tab asks the node once whether its cookie still signs someone in.
-let pending = null
-export function restoreSession(fetchMe) {
-  if (state.restored) return Promise.resolve(state.user)
-  if (!hint.get()) {
-    state.restored = true
-    return Promise.resolve(null)
-  }
-  pending ??= fetchMe()
-    .then((user) => setSession(user))
-    .catch(() => clearSession())
-    .then(() => state.user)
-    .finally(() => {
-      pending = null
-    })
-  return pending
+// Another tab signed in or out: follow it.
+const listeners = []
+export function onSessionChange(listener) {
+  listeners.push(listener)
 }
-
-// Tests (and a sign-out) start from "not known yet".
-export function forgetSession() {
-  state.user = null
-  state.restored = false
+if (typeof window !== 'undefined') {
+  window.addEventListener('storage', (event) => {
+    if (event.key !== STORAGE_KEY && event.key !== null) return
+    Object.assign(state, load())
+    for (const listener of listeners) listener(state)
+  })
 }
