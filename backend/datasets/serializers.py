@@ -6,7 +6,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from backend.datasets import budget, storage
+from backend.datasets import budget, chain, storage
 from backend.datasets.models import Dataset, Grant
 
 
@@ -33,8 +33,10 @@ class DatasetUploadSerializer(serializers.Serializer):
     )
 
     def validate_epsilon_cap(self, value: float) -> float:
-        if value <= 0:
-            raise serializers.ValidationError("must be greater than 0")
+        if not 0 < value <= chain.MAX_EPSILON_CAP:  # NaN fails too
+            raise serializers.ValidationError(
+                f"must be greater than 0 and at most {chain.MAX_EPSILON_CAP:g} (the chain refuses larger caps)"
+            )
         return value
 
     def validate_delta(self, value: float) -> float:

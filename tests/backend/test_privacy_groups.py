@@ -180,3 +180,11 @@ def test_a_dataset_past_the_record_limit_is_refused(provider, monkeypatch):
     response = _upload(provider, *_records(14))  # 20 records
     assert response.status_code == 400 and "at most 19" in response.json()["detail"]
     assert not Dataset.objects.exists() and not RecordHash.objects.exists()
+
+
+@pytest.mark.parametrize("cap", ["0", "100.5", "nan", "inf"])
+def test_a_cap_the_chain_would_refuse_is_a_400_before_anything_is_stored(provider, cap):
+    response = _upload(provider, *_records(15), epsilon_cap=cap)
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"]["epsilon_cap"]
+    assert not Dataset.objects.exists()
