@@ -25,10 +25,12 @@ from pathlib import Path
 from backend.swarm.errors import ChunkNotFound, CorruptChunk
 from backend.swarm.reference import ADDRESS_SIZE, is_valid_chunk
 
-# Chunks of at least this many bytes have their whole pages written with O_DIRECT (see
-# ``_write_direct``); smaller ones (updates of small models, intermediate chunks of short
-# blobs, a blob's tail) are read back soon after and stay in the page cache.
+# Bulk writes (a batch of at least DIRECT_BATCH_BYTES: a replicated upload's batches are
+# 8 MiB) have their full-size chunks' whole pages written with O_DIRECT (``_write_direct``).
+# Small blobs (a round's updates and models of a few MB), intermediate chunks and a blob's
+# tail go through the page cache: they are read back soon after.
 DIRECT_MIN_BYTES = 1 << 20
+DIRECT_BATCH_BYTES = 4 << 20
 _PAGE = mmap.PAGESIZE
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -108,7 +110,8 @@ class ChunkStore:
         for the disk, and concurrent fsyncs share journal commits, so a batch of chunks
         costs about one fsync's wait instead of one per chunk.
         """
-        results = list(self._io.map(lambda c: self._write(c[0], c[1], verify), chunks))
+        direct = self._direct and sum(len(data) for _, data in chunks) >= DIRECT_BATCH_BYTES
+        results = list(self._io.map(lambda c: self._write(c[0], c[1], verify, direct), chunks))
         written = [r for r in results if r is not None and r[1] is not None]
         if self.fsync:
             list(self._io.map(_fsync_dir, {path.parent for _, path, _ in written}))
@@ -121,7 +124,9 @@ class ChunkStore:
                 )
         return [r[0] for r in results if r is not None]
 
-    def _write(self, address: bytes, data: bytes, verify: bool) -> tuple[bytes, Path | None, int] | None:
+    def _write(
+        self, address: bytes, data: bytes, verify: bool, direct: bool = False
+    ) -> tuple[bytes, Path | None, int] | None:
         """Write one chunk: temporary file, fsync, rename. None if it does not match its address."""
         if verify and not is_valid_chunk(address, data):
             return None
@@ -130,7 +135,7 @@ class ChunkStore:
             return address, None, 0
         tmp = final.with_name(f"{final.name}.{uuid.uuid4().hex}.tmp")
         try:
-            if not (self._direct and len(data) >= DIRECT_MIN_BYTES and self._write_direct(tmp, data)):
+            if not (direct and len(data) >= DIRECT_MIN_BYTES and self._write_direct(tmp, data)):
                 fd = self._create(tmp)
                 try:
                     _write_all(fd, memoryview(data))

@@ -111,10 +111,19 @@ def test_a_fan_out_directory_removed_behind_the_store_is_made_again(tmp_path):
 def test_full_size_chunks_are_written_past_the_page_cache_or_buffered_where_refused(tmp_path, monkeypatch):
     import backend.swarm.store as store_module
 
-    chunks = [os.urandom((1 << 20) + 8), os.urandom(1 << 20), os.urandom(5000)]
+    chunks = [os.urandom((1 << 20) + 8) for _ in range(4)] + [os.urandom(1 << 20), os.urandom(5000)]
     direct = ChunkStore(tmp_path / "direct", fsync=True)
-    direct.put_many([(chunk_address(c), c) for c in chunks])
+    written = []
+    real_write_direct = direct._write_direct
+    monkeypatch.setattr(
+        direct, "_write_direct", lambda tmp, data: written.append(len(data)) or real_write_direct(tmp, data)
+    )
+    direct.put_many([(chunk_address(c), c) for c in chunks])  # a bulk batch: past the page cache
+    assert sorted(written) == [1 << 20] + [(1 << 20) + 8] * 4
     assert all(direct.get(chunk_address(c)) == c for c in chunks)
+    small = os.urandom((1 << 20) + 8)
+    direct.put_many([(chunk_address(small), small)])  # a small blob's chunk stays in the page cache
+    assert len(written) == 5 and direct.get(chunk_address(small)) == small
 
     real_open = os.open
 
