@@ -124,3 +124,32 @@ def _zero(item: dict[str, Any]) -> Any:
     if kind == "bytes":
         return b""
     return b"\x00" * int(kind.removeprefix("bytes"))
+
+
+def emitter_code(topics: int) -> bytes:
+    """EVM runtime code that emits LOG<topics> of its calldata: ``topics`` 32-byte words, then
+    the data. Put at a contract's address (anvil_setCode), it is that contract emitting any
+    event with any arguments: an older or buggy version that accepted what today's refuses."""
+    code = b""
+    for i in reversed(range(topics)):  # topic 0 ends on top, under size and offset
+        code += bytes([0x60, 32 * i, 0x35])  # PUSH1 32i CALLDATALOAD
+    code += bytes([0x60, 32 * topics, 0x36, 0x03])  # len = CALLDATASIZE - 32 * topics
+    code += bytes([0x80, 0x60, 32 * topics, 0x60, 0x00, 0x37])  # CALLDATACOPY(0, 32 * topics, len)
+    code += bytes([0x60, 0x00, 0xA0 + topics, 0x00])  # LOG<topics>(0, len, topics...); STOP
+    return code
+
+
+def emit_as(w3: Web3, account: LocalAccount, log: dict[str, Any]) -> dict:
+    """Have the contract at ``log["address"]`` emit ``log`` (from craft_log) in a real block on
+    anvil: its code is swapped for ``emitter_code`` for one transaction, then restored (its
+    storage is untouched). The receipt of that transaction."""
+    address = log["address"]
+    original = w3.eth.get_code(address)
+    topics = list(log["topics"])
+    w3.provider.make_request("anvil_setCode", [address, "0x" + emitter_code(len(topics)).hex()])
+    try:
+        receipt = send_raw(w3, account, address, b"".join(topics) + log["data"], gas=3_000_000)
+    finally:
+        w3.provider.make_request("anvil_setCode", [address, "0x" + bytes(original).hex()])
+    assert receipt["status"] == 1 and len(receipt["logs"]) == 1, receipt
+    return receipt

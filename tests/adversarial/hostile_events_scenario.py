@@ -42,6 +42,7 @@ class ChainAttack:
     huge_job_spend_status: int
     huge_cap_status: int
     crafted_outsider: str  # the node a crafted NodeApplied names
+    emitted_outsider: str | None = None  # on anvil: the node of a NodeApplied its contract emitted
 
 
 def hostile_federation(chain_url: str | None, seed: str, members: int = 3):
@@ -110,13 +111,43 @@ def attack_chain(ledgers, seed: str) -> ChainAttack:
         privacyCap=CAP_1E13,
     )
     cap = send_raw(w3, hostile, deployment.address("DataRegistry"), call)
+    emitted = _emit_refused_events(ledgers, seed) if "anvil" in w3.client_version.lower() else None
     return ChainAttack(
+        emitted_outsider=emitted,
         outsider=outsider.address,
         garbage_name_status=int(garbage["status"]),
         huge_job_spend_status=int(spend["status"]),
         huge_cap_status=int(cap["status"]),
         crafted_outsider=dev_account(1, f"{seed}-outsider").address,
     )
+
+
+def _emit_refused_events(ledgers, seed: str) -> str:
+    """On anvil, the events today's contracts refuse, emitted by the contracts' own addresses in
+    real blocks (see hostile_chain.emit_as): they reach the indexer through the RPC's eth_getLogs
+    and the real decoder, as from an older contract that accepted them."""
+    from backend.ledger.chains import ensure_funds
+    from backend.ledger.devnet import dev_account, overlay_of
+    from tests.adversarial.hostile_chain import craft_log, emit_as, event_args
+
+    w3, deployment = ledgers[0].client.w3, ledgers[0].deployment
+    node = dev_account(2, f"{seed}-outsider")
+    ensure_funds(w3, node.address)
+    member = ledgers[1].client.address
+
+    def log(contract: str, event: str, **args: Any) -> dict[str, Any]:
+        return craft_log(deployment, contract, event, event_args(contract, event, **args), block=0)
+
+    applied = dict(name=BAD_NAME, endpoint="http://emitted.test", pubkey=b"\x09" * 64)
+    emit_as(
+        w3,
+        node,
+        log("NodeRegistry", "NodeApplied", node=node.address, overlay=overlay_of(node.address), **applied),
+    )
+    spent = dict(datasetId=1, jobId=BIG_ID + 1, spender=member, jobTotal=U64_MAX, datasetTotal=U64_MAX)
+    emit_as(w3, node, log("DataRegistry", "PrivacySpent", **spent))
+    emit_as(w3, node, log("FederatedLearning", "ParticipantJoined", jobId=BIG_ID, node=member, datasetId=1))
+    return node.address
 
 
 def crafted_logs(deployment, attack: ChainAttack, block: int, member: str) -> list[dict[str, Any]]:
@@ -260,6 +291,7 @@ def index_under_attack(ledgers, attack: ChainAttack) -> dict[str, Any]:
     addresses = set(honest.deployment.addresses.values())
     node = lambda address: models.Node.objects.filter(address=address).first()  # noqa: E731
     outsider, crafted_node = node(attack.outsider), node(attack.crafted_outsider)
+    emitted = node(attack.emitted_outsider) if attack.emitted_outsider else None
     job = models.Job.objects.filter(job_id=CRAFTED_JOB).first()
     round_ = models.Round.objects.filter(job=job, number=1).first() if job else None
     return {
@@ -276,6 +308,8 @@ def index_under_attack(ledgers, attack: ChainAttack) -> dict[str, Any]:
         "outsider_name": outsider.name if outsider else None,
         "crafted_name": crafted_node.name if crafted_node else None,
         "crafted_endpoint": crafted_node.endpoint if crafted_node else None,
+        "emitted": attack.emitted_outsider is not None,
+        "emitted_name": emitted.name if emitted else None,
         "honest_endpoint": node(honest.client.address).endpoint,
         "moved_to": moved,
         "spend_job_ids": sorted(models.PrivacySpend.objects.values_list("job_id", flat=True)),

@@ -1,7 +1,8 @@
 """Hostile events cannot stop an honest node's indexer (issue 13).
 
 A hostile outsider (its own key, raw transactions) and a hostile member send what the contracts
-accept; what the contracts refuse is fed to the indexer as crafted logs. The honest node's
+accept; what the contracts refuse is fed to the indexer as crafted logs, and on anvil also
+emitted in real blocks by the contracts' addresses (their code swapped for an emitter). The honest node's
 indexer must mirror what it can (values without loss, strings replaced and cut), record and skip
 what it cannot, reach the chain's head and keep mirroring later honest events: on the in-process
 EVM and on anvil, on SQLite and on MariaDB (tests/adversarial/hostile_events_scenario.py).
@@ -84,6 +85,17 @@ def check_rejections(report: dict) -> None:
     assert huge["data_size"] > 1_000_000 and huge["data_chars"] <= 4096  # kept, bounded
 
 
+def check_emitted(report: dict) -> None:
+    """On anvil the refused events were also emitted by the contracts' addresses in real blocks."""
+    if not report["emitted"]:
+        return
+    name = report["emitted_name"]
+    assert name.startswith(REPLACEMENT * 3 + "(\U0001f980" + REPLACEMENT) and len(name) == 200
+    assert BIG_ID + 1 in report["spend_job_ids"]
+    assert report["first_sync_rejected"] == 1  # the ParticipantJoined of a job that does not exist
+    assert [r["name"] for r in report["rejected"]].count("ParticipantJoined") == 2
+
+
 def check_keeps_indexing(report: dict) -> None:
     assert report["cursor"] == report["head"]
     assert report["later_new"] >= 1
@@ -92,6 +104,7 @@ def check_keeps_indexing(report: dict) -> None:
 
 def check_all(report: dict) -> None:
     check_strings(report)
+    check_emitted(report)
     check_uint256(report)
     check_rejections(report)
     check_keeps_indexing(report)
@@ -141,9 +154,13 @@ def anvil():
 @pytest.mark.integration
 @pytest.mark.django_db
 def test_anvil_and_sqlite(anvil):
-    """Attack classes: all of the above, on a real JSON-RPC chain (anvil) and SQLite."""
+    """Attack classes: all of the above, on a real JSON-RPC chain (anvil) and SQLite; there the
+    refused events are also emitted by the contracts' own addresses in real blocks (an older
+    contract that accepted them), through eth_getLogs and the real decoder."""
     ledgers = hostile_federation(anvil.url, "hostile-anvil-sqlite")
-    check_all(index_under_attack(ledgers, attack_chain(ledgers, "hostile-anvil-sqlite")))
+    report = index_under_attack(ledgers, attack_chain(ledgers, "hostile-anvil-sqlite"))
+    assert report["emitted"]
+    check_all(report)
 
 
 def _run_on_mariadb(tmp_path, *options: str) -> dict:
@@ -161,6 +178,7 @@ def test_in_process_and_anvil_on_mariadb(anvil, tmp_path):
     """Attack classes: all of the above, on MariaDB (strict mode, utf8mb4), with the in-process
     EVM and with anvil: a fresh database, migrated, in a process of its own."""
     report = _run_on_mariadb(tmp_path, "--chain", "inprocess", "--chain", "anvil", "--anvil-url", anvil.url)
+    assert report["anvil"]["emitted"] and not report["inprocess"]["emitted"]
     for chain in ("inprocess", "anvil"):
         check_all(report[chain])
 
