@@ -179,6 +179,37 @@ def test_an_expired_token_is_refused_by_every_process(victim):
     )
 
 
+def test_a_cross_site_write_with_the_session_cookie_alone_is_refused(victim):
+    """Attack class: cross-site request forgery (a page the operator visits posts with their cookie)."""
+    first, second = victim["nodes"]
+    # Its own account: logging out revokes the account's API token, which other tests use.
+    create = "from backend.nodes.accounts import create_or_update_user as c; c('csrf-op', 'operator', 'csrf-pass-1234')"
+    first.manage("shell", "-c", create)
+    browser = requests.Session()
+    login = browser.post(
+        first.url + "/api/auth/login", json={"username": "csrf-op", "password": "csrf-pass-1234"}, timeout=30
+    )
+    assert login.status_code == 200
+    assert browser.get(second.url + "/api/auth/me", timeout=30).json()["role"] == "operator"  # one session
+    forged = browser.post(first.url + "/api/auth/logout", timeout=30)  # no X-CSRFToken header
+    assert forged.status_code == 403
+    assert "CSRF" in forged.json()["detail"]
+    assert browser.get(first.url + "/api/auth/me", timeout=30).status_code == 200  # still signed in
+    csrf = browser.cookies["csrftoken"]
+    honest = browser.post(first.url + "/api/auth/logout", headers={"X-CSRFToken": csrf}, timeout=30)
+    assert honest.status_code == 204
+
+
+def test_anonymous_and_provider_callers_cannot_reach_operator_writes(victim):
+    """Attack class: missing authentication and horizontal privilege escalation."""
+    first, _ = victim["nodes"]
+    provider = _session(victim["tokens"]["provider"])
+    for path in ("/api/jobs", "/api/jobs/1/start", "/api/jobs/1/cancel", "/api/swarm/blobs"):
+        anonymous = requests.post(first.url + path, json={}, timeout=30)
+        assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"] == "Token"
+        assert provider.post(first.url + path, json={}, timeout=30).status_code == 403
+
+
 def test_brute_force_login_across_processes_is_locked_out(victim):
     """Attack class: online password guessing (brute force), spread over a node's web processes."""
     first, second = victim["nodes"]
