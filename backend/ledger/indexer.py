@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
+from web3.exceptions import Web3RPCError
 
 from . import projections
 from .abi import DecodedEvent
@@ -112,10 +113,12 @@ class EventIndexer:
         self.confirmations = confirmations
         self.batch_blocks = batch_blocks
         # Anyone who pays the gas can fill blocks with events: a range that returned more than
-        # ``max_logs`` logs is halved for the next request (down to one block), and grows back
-        # while ranges are quiet, so a flood costs the attacker gas and the node only time.
+        # ``max_logs`` logs, or that the RPC refused to answer whole, is halved for the next
+        # request (down to one block), and grows back while ranges are quiet, so a flood costs
+        # the attacker gas and the node only time.
         self.max_logs = max_logs
         self._span = batch_blocks
+        self._most = batch_blocks  # below the smallest range the RPC refused to answer
         self.addresses = list(deployment.addresses.values())
         self.cursor_key = f"{deployment.chain_id}:{deployment.address('NodeRegistry')}"
 
@@ -135,11 +138,19 @@ class EventIndexer:
         block = start
         while block <= head:
             end = min(head, block + self._span - 1)
-            logs = self.client.get_logs(self.addresses, block, end)
+            try:
+                logs = self.client.get_logs(self.addresses, block, end)
+            except (Web3RPCError, ValueError):
+                if self._span == 1:
+                    raise
+                # A provider's limit on one answer ("more than 10000 results", "range too
+                # large"): ask for half the range rather than fail on it forever.
+                self._span = self._most = max(1, (end - block + 1) // 2)
+                continue
             if len(logs) > self.max_logs:
                 self._span = max(1, self._span // 2)
             elif len(logs) <= self.max_logs // 4:
-                self._span = min(self.batch_blocks, self._span * 2)
+                self._span = min(self._most, self._span * 2)
             batch = self.store_logs(logs, end)
             seen, new, rejected = seen + batch.events, new + batch.new_events, rejected + batch.rejected
             block = end + 1

@@ -233,3 +233,27 @@ def test_the_mirror_holds_whatever_the_contracts_accept(federation):
             checked += 1
     assert checked == len(limits) or not has_function("NodeRegistry", "MAX_NAME")
     assert _indexer(federation).sync().rejected == 0
+
+
+@pytest.mark.django_db
+def test_a_range_the_rpc_refuses_to_answer_whole_is_asked_in_halves(federation, monkeypatch):
+    """Attack class: event flood against a provider that caps eth_getLogs answers (public RPCs
+    refuse a range with "more than 10000 results"): the indexer asks for smaller ranges
+    instead of failing on the same one forever."""
+    from web3.exceptions import Web3RPCError
+
+    client = federation[0].client
+    get_logs = client.get_logs
+    asked: list[int] = []
+
+    def capped(addresses, start, end):
+        asked.append(end - start + 1)
+        if end - start + 1 > 3:
+            raise Web3RPCError("query returned more than 10000 results")
+        return get_logs(addresses, start, end)
+
+    monkeypatch.setattr(client, "get_logs", capped)
+    indexer = EventIndexer(client, federation[0].deployment, batch_blocks=16)
+    result = indexer.sync()
+    assert indexer.last_block() == client.block_number() and result.new_events > 0
+    assert asked[:3] == [16, 8, 4] and max(asked[3:]) <= 3
