@@ -41,7 +41,10 @@ Algorithms:
   are broken by id). The averaging itself is exact as above.
 * Hybrid — dense tensors as FedAvg; row-sparse tensors (embeddings) average each
   row only over the updates that touched it, weighted by those updates'
-  samples, as in sparse federated NLP (e.g. Niu et al. 2020, sub-model FL).
+  samples, as in sparse federated NLP (e.g. Niu et al. 2020, sub-model FL), or,
+  with ``rows="all"``, over every update (FedAvg's model from the touched rows
+  alone: sparse-aware hybrid averaging, Kim et al. 2019, "Parallax"). Updates
+  arrive dense or as delta arrays (fl_node.sparse); the result is the same.
 """
 
 from __future__ import annotations

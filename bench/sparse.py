@@ -1,0 +1,301 @@
+"""Sparse models: hybrid averaging with a dynamic dense/delta choice vs dense FedAvg vs always-delta.
+
+Eight simulated nodes train the ``lm`` model (50,000-token vocabulary) on the
+generated topic corpus (fl_node.text): node i holds documents of topics 2i and
+2i+1 of 16, so nodes' vocabularies differ. Every round each node trains on the
+global model (fl_node.train.train_local, the node's own training call),
+encodes its update, the aggregator decodes all of them and averages
+(fl_node.aggregate), the held-out loss is measured on documents of every topic.
+Three arms, same seeds and data:
+
+* ``hybrid``  -- encoding "auto" (fl_node.sparse: per tensor and round, dense or
+  delta array by measured density and cost) and HybridAveraging (each embedding
+  row averaged over the nodes that changed it, dense tensors as FedAvg);
+* ``dense``   -- every tensor dense, FedAvg;
+* ``delta``   -- every tensor of 2+ dims as a delta array, HybridAveraging.
+
+Wall time of a round, per arm: the slowest node's measured training plus
+encoding (nodes train in parallel), plus the measured decoding and
+aggregation, plus the *modelled* transfer of the round's bytes over one link of
+``--link-mbit`` (default 100 Mbit/s): every update into the aggregator, and the
+new dense global model out to the nodes. The simulation has no network; the
+link model is stated so that the figure can be recomputed for another link.
+
+Figures (issue 17): ``sparse_bytes_ratio`` (hybrid / dense update bytes per
+round), ``time_to_target_ratio`` (hybrid / dense wall time until the held-out
+loss first reaches the target), ``final_loss_gap`` (hybrid's final loss relative
+to dense's), ``dense_model_overhead`` (on a model whose update is dense: a
+1,000-token LM with full softmax and weight decay, the round time of encoding "auto" over
+"dense", codec and transfer of the same updates, interleaved best-of timings).
+The target defaults to dense FedAvg's held-out loss at its last round plus 1%
+(the dense arm must reach its own end point; the hybrid one the same value).
+
+Run from the repository root: ``.venv/bin/python bench/sparse.py`` (about
+5 minutes on one core); ``--big`` for a larger run (64-dim embeddings, more
+rounds, more data). Writes ``bench/out/sparse.png`` (loss against bytes and
+against time). The last printed line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fl_node.aggregate import FedAvg, HybridAveraging, WeightedUpdate  # noqa: E402
+from fl_node.codec import content_hash, decode_update, encode_model, update_spec  # noqa: E402
+from fl_node.models import create_model  # noqa: E402
+from fl_node.sparse import SparsePolicy, encode_with_policy, measured_costs, round_encodings  # noqa: E402
+from fl_node.text import lm_windows, topic_corpus  # noqa: E402
+from fl_node.train import TrainConfig, evaluate, train_local  # noqa: E402
+
+ARMS = {  # name -> (encoding, aggregation)
+    "hybrid": ("auto", "hybrid"),
+    "dense": ("dense", "fedavg"),
+    "delta": ("delta", "hybrid"),
+}
+SPARSE_TABLES = ("embedding.weight", "output.weight")
+
+
+def node_data(args: argparse.Namespace) -> tuple[list, object]:
+    topics_per_node = args.topics // args.nodes
+    nodes = []
+    for i in range(args.nodes):
+        own = np.arange(i * topics_per_node, (i + 1) * topics_per_node)
+        corpus = topic_corpus(
+            documents=args.docs,
+            vocab_size=args.vocab,
+            num_topics=args.topics,
+            topics=np.resize(own, args.docs),
+            seed=args.seed * 100 + i,
+        )
+        nodes.append(lm_windows(corpus.tokens, args.context))
+    held_out = topic_corpus(
+        documents=args.test_docs, vocab_size=args.vocab, num_topics=args.topics, seed=args.seed * 100 + 99
+    )
+    return nodes, lm_windows(held_out.tokens, args.context)
+
+
+def run_arm(arm: str, args: argparse.Namespace, nodes: list, test, *, vocab: int, sampled: int) -> dict:
+    encoding, aggregation = ARMS[arm]
+    policy = SparsePolicy(encoding=encoding, link_bytes_per_s=args.link_mbit * 125_000)
+    costs = measured_costs(policy.link_bytes_per_s)
+    strategy = HybridAveraging(SPARSE_TABLES, rows=args.rows) if aggregation == "hybrid" else FedAvg()
+    model = create_model(
+        "lm",
+        input_shape=(args.context,),
+        num_classes=vocab,
+        vocab_size=vocab,
+        embed_dim=args.dim,
+        sampled=sampled,
+        seed=args.seed,
+    )
+    global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    spec = update_spec(global_state)
+    model_bytes = len(encode_model(global_state))
+    test_x, test_y = test.tensors()
+    rounds = []
+    for round_index in range(args.rounds):
+        slowest, blobs = 0.0, []
+        for i, data in enumerate(nodes):
+            config = TrainConfig(
+                batch_size=args.batch, local_steps=args.steps, lr=args.lr, momentum=args.momentum,
+                seed=args.seed * 1_000_003 + round_index * 1009 + i,
+            )  # fmt: skip
+            started = time.perf_counter()
+            update = train_local(model, global_state, data, config).update
+            update = {k: v for k, v in update.items() if v.is_floating_point()}
+            blob, _ = encode_with_policy(update, global_state, policy, costs)
+            slowest = max(slowest, time.perf_counter() - started)
+            blobs.append((blob, len(data)))
+        started = time.perf_counter()
+        decoded = [WeightedUpdate(decode_update(b, spec), n, content_hash(b)) for b, n in blobs]
+        global_state, _ = strategy.aggregate(global_state, decoded)
+        central = time.perf_counter() - started
+        update_bytes = sum(len(b) for b, _ in blobs)
+        transfer = (update_bytes + model_bytes) / policy.link_bytes_per_s
+        model.load_state_dict(global_state)
+        loss = evaluate(model, test_x, test_y)["loss"]
+        rounds.append(
+            {
+                "round": round_index + 1,
+                "loss": loss,
+                "update_bytes": update_bytes,
+                "seconds": slowest + central + transfer,
+                "compute_seconds": slowest + central,
+                "encodings": {
+                    name: entry
+                    for name, entry in round_encodings([w.update for w in decoded]).items()
+                    if name in SPARSE_TABLES
+                },
+            }
+        )
+        print(
+            f"  {arm:6} round {round_index + 1:2}: loss {loss:.4f}  {update_bytes / 1e6:8.2f} MB  "
+            f"{rounds[-1]['seconds']:6.2f} s",
+            flush=True,
+        )
+    return {"arm": arm, "rounds": rounds}
+
+
+def time_to(result: dict, target: float) -> float | None:
+    elapsed = 0.0
+    for r in result["rounds"]:
+        elapsed += r["seconds"]
+        if r["loss"] <= target:
+            return elapsed
+    return None
+
+
+def dense_overhead(args: argparse.Namespace) -> dict:
+    """A model whose update is dense (weight decay): encoding "auto" must cost what "dense" costs."""
+    vocab = 1000
+    corpus = topic_corpus(documents=args.docs, vocab_size=vocab, num_topics=4, common_words=200, seed=7)
+    data = lm_windows(corpus.tokens, args.context)
+    model = create_model(
+        "lm",
+        input_shape=(args.context,),
+        num_classes=vocab,
+        vocab_size=vocab,
+        embed_dim=args.dim,
+        sampled=0,
+        seed=1,
+    )
+    global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # Weight decay moves every row each step, so every table of this update is dense.
+    config = TrainConfig(
+        batch_size=args.batch, local_steps=args.steps, lr=args.lr, momentum=args.momentum, weight_decay=1e-4
+    )
+    update = {k: v for k, v in train_local(model, global_state, data, config).update.items()}
+    spec = update_spec(global_state)
+    link = args.link_mbit * 125_000
+    costs = measured_costs(link)
+    best = {"auto": float("inf"), "dense": float("inf")}
+    sizes = {}
+    for _ in range(15):  # interleaved, best of: the machine is shared
+        for encoding in best:
+            policy = SparsePolicy(encoding=encoding, link_bytes_per_s=link)
+            started = time.perf_counter()
+            blob, choices = encode_with_policy(update, global_state, policy, costs)
+            decode_update(blob, spec)
+            best[encoding] = min(best[encoding], time.perf_counter() - started)
+            sizes[encoding] = len(blob)
+    delta_tensors = sorted(n for n, c in choices.items() if c.encoding == "delta")
+    seconds = {e: best[e] + sizes[e] / link for e in best}
+    return {
+        "dense_model_overhead": seconds["auto"] / seconds["dense"],
+        "dense_model_codec_ratio": best["auto"] / best["dense"],
+        "dense_model_bytes_ratio": sizes["auto"] / sizes["dense"],
+        "dense_model_delta_tensors": delta_tensors,
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_bytes, by_time) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    for arm, result in results.items():
+        loss = [r["loss"] for r in result["rounds"]]
+        sent = np.cumsum([r["update_bytes"] for r in result["rounds"]]) / 1e6
+        elapsed = np.cumsum([r["seconds"] for r in result["rounds"]])
+        by_bytes.plot(sent, loss, marker="o", markersize=3, label=arm)
+        by_time.plot(elapsed, loss, marker="o", markersize=3, label=arm)
+    by_bytes.set_xscale("log")
+    by_bytes.set_xlabel("update bytes sent (MB, cumulative, log)")
+    by_time.set_xlabel("wall time (s, cumulative; transfer modelled)")
+    for axis in (by_bytes, by_time):
+        axis.set_ylabel("held-out loss")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    fig.suptitle("lm, 8 nodes, topic-skewed: hybrid (auto) vs dense FedAvg vs always-delta")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--big", action="store_true", help="64-dim embeddings, 30 rounds, twice the data")
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--topics", type=int, default=16)
+    parser.add_argument("--vocab", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--target", type=float, default=None, help="held-out loss target (default: see doc)")
+    parser.add_argument("--link-mbit", type=float, default=100.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rows", choices=("all", "touched"), default="all",
+        help="hybrid's rule for a sparse row: mean over all updates (FedAvg's model) or over those that touched it",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "sparse.png")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.dim = 64 if args.big else 32
+    args.rounds = args.rounds or (30 if args.big else 15)
+    args.docs = 80 if args.big else 40
+    args.test_docs = 200 if args.big else 60
+    args.context, args.batch, args.steps, args.lr, args.momentum = 8, 64, 10, 0.2, 0.9
+    if args.topics % args.nodes:
+        parser.error("--topics must be a multiple of --nodes")
+
+    nodes, test = node_data(args)
+    print(f"{args.nodes} nodes x {len(nodes[0])} windows, vocabulary {args.vocab}, {args.rounds} rounds")
+    results = {arm: run_arm(arm, args, nodes, test, vocab=args.vocab, sampled=256) for arm in ARMS}
+    dense, hybrid = results["dense"], results["hybrid"]
+    target = args.target if args.target is not None else dense["rounds"][-1]["loss"] * 1.01
+    per_round = {a: float(np.mean([r["update_bytes"] for r in res["rounds"]])) for a, res in results.items()}
+    times = {a: time_to(res, target) for a, res in results.items()}
+    overhead = dense_overhead(args)
+    plot(results, args.out)
+
+    print(f"\ntarget held-out loss {target:.4f}")
+    print(f"{'arm':8} {'MB/round':>10} {'bytes vs dense':>15} {'time to target':>15} {'final loss':>11}")
+    for arm, res in results.items():
+        reached = f"{times[arm]:.1f} s" if times[arm] is not None else "not reached"
+        print(
+            f"{arm:8} {per_round[arm] / 1e6:10.3f} {per_round[arm] / per_round['dense']:15.4f} "
+            f"{reached:>15} {res['rounds'][-1]['loss']:11.4f}"
+        )
+    print(f"dense-model overhead (auto / dense): {overhead['dense_model_overhead']:.4f}")
+    print(f"plot: {args.out}")
+    final = {a: res["rounds"][-1]["loss"] for a, res in results.items()}
+    figures = {
+        "sparse_bytes_ratio": round(per_round["hybrid"] / per_round["dense"], 4),
+        "delta_bytes_ratio": round(per_round["delta"] / per_round["dense"], 4),
+        "time_to_target_ratio": (
+            round(times["hybrid"] / times["dense"], 4) if times["hybrid"] and times["dense"] else None
+        ),
+        "delta_time_to_target_ratio": (
+            round(times["delta"] / times["dense"], 4) if times["delta"] and times["dense"] else None
+        ),
+        "final_loss_gap": round((final["hybrid"] - final["dense"]) / final["dense"], 4),
+        "dense_model_overhead": round(overhead["dense_model_overhead"], 4),
+        "dense_model_codec_ratio": round(overhead["dense_model_codec_ratio"], 4),
+        "dense_model_bytes_ratio": round(overhead["dense_model_bytes_ratio"], 4),
+        "target_loss": round(target, 4),
+        "final_loss": {a: round(v, 4) for a, v in final.items()},
+        "time_to_target_s": {a: (round(t, 2) if t else None) for a, t in times.items()},
+        "bytes_per_round": {a: int(v) for a, v in per_round.items()},
+        "hybrid_encodings_last_round": hybrid["rounds"][-1]["encodings"],
+        "nodes": args.nodes,
+        "vocab": args.vocab,
+        "rounds": args.rounds,
+        "link_mbit": args.link_mbit,
+    }
+    print(json.dumps(figures, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
