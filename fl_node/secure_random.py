@@ -13,9 +13,8 @@ Gaussian samples resist floating-point attacks (Mironov 2012; Jin et al. 2022, "
 Yet? Timing and Floating-Point Attacks on Differential Privacy Systems") the way Opacus's
 secure mode does (Holohan and Braghin 2021, "Secure Random Sampling in Differential
 Privacy"): each sample is the sum of four independent N(0, std^2) draws divided by two, each
-draw made with the Box-Muller transform in float64 from 53 random bits per uniform, and only
-the final value is rounded to the parameter's dtype. The low-order bits of a released value
-then carry no usable trace of the individual draw.
+draw made with the Box-Muller transform from uniforms of 53 random bits, in the parameter's
+precision. The low-order bits of a released value then carry no usable trace of one draw.
 
 A retry that must repeat a draw derives its key with :meth:`SecureRandom.derive`, an
 HMAC-SHA256 of a node-local secret over the job, round and attempt: reproducible by the node,
@@ -81,19 +80,24 @@ class SecureRandom:
     def normal(
         self, shape: tuple[int, ...] | torch.Size, *, std: float, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
-        """N(0, std^2) samples of ``shape``, each the sum of four float64 draws over two."""
+        """N(0, std^2) samples of ``shape``, each the sum of four independent draws over two.
+
+        The uniforms carry 53 random bits; the Box-Muller transform runs in the precision of
+        the result (float32 for float32 parameters, as Opacus's secure mode draws with
+        ``torch.normal``), float64 when float64 is asked for.
+        """
         count = math.prod(shape)
         if std == 0 or count == 0:
             return torch.zeros(shape, dtype=dtype)
+        work = torch.float64 if dtype == torch.float64 else torch.float32
         # Box-Muller: each pair of uniforms gives two independent normals (cos and sin), so four
         # normals per sample take four uniforms.
-        uniforms = self.uniform(4 * count).view(2, 2 * count)
-        radius = torch.sqrt(-2.0 * torch.log(uniforms[0]))
-        angle = (2.0 * math.pi) * uniforms[1]
-        cosines = (radius * torch.cos(angle)).view(2, count)
-        sines = (radius * torch.sin(angle)).view(2, count)
-        total = cosines.sum(0) + sines.sum(0)
-        return (total * (std / 2.0)).to(dtype).view(shape)
+        uniforms = self.uniform(4 * count).to(work).view(2, 2 * count)
+        radius = torch.log(uniforms[0]).mul_(-2.0).sqrt_()
+        angle = uniforms[1].mul_(2.0 * math.pi)
+        pairs = torch.cos(angle).mul_(radius).add_(torch.sin(angle).mul_(radius))  # two normals each
+        total = pairs[:count].add_(pairs[count:])  # four normals each
+        return total.mul_(std / 2.0).to(dtype).view(shape)
 
 
 class TorchRandom:
