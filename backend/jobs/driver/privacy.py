@@ -50,7 +50,7 @@ def node_plan(job: mirror.Job, config: JobConfig, dataset) -> PrivacyPlan:
         num_train=len(train),
         num_records=len(train) + len(val),
         scores_per_round=scores_per_round(job),
-        public_holdout=bool(getattr(dataset, "public_holdout", False)),
+        public_holdout=dataset.public_holdout,
     )
 
 
