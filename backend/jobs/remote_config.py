@@ -43,6 +43,9 @@ MAX_LR = 1e3
 MAX_EPSILON = 1e3  # the chain caps a dataset's budget at epsilon 100
 MIN_DELTA = 1e-30
 MAX_CLIP_NORM = 1e6
+# The proposer computed the join deadline from its own clock: allow for skew between its clock
+# and ours (the check is against a deadline far beyond what the config says, not seconds).
+JOIN_DEADLINE_SLACK_S = 600
 
 # Options that drive loops or per-option allocations in a factory, bounded per model. Options
 # of models not listed here get only the generic bounds, and the parameter count.
@@ -265,7 +268,7 @@ def _check_spec(job, config: JobConfig, now: int | None) -> None:
         )
     if now is not None:
         _require(
-            job.join_deadline <= now + config.join_timeout_s,
+            job.join_deadline <= now + config.join_timeout_s + JOIN_DEADLINE_SLACK_S,
             f"its on-chain join deadline is later than the config's join_timeout_s ({config.join_timeout_s} s) "
             "allows",
         )
