@@ -4,7 +4,7 @@
 // Node's own zlib does both formats: no third-party package to pin or trust.
 import { brotliCompressSync, constants, gzipSync } from 'node:zlib'
 import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 
 const COMPRESSIBLE = /\.(js|mjs|css|html|svg|json|map|txt|woff)$/
 // Tiny files gain nothing from compression (the headers cost more than the saving).
@@ -37,7 +37,7 @@ export function precompress() {
     name: 'defl-precompress',
     apply: 'build',
     configResolved(config) {
-      outDir = join(config.root, config.build.outDir)
+      outDir = resolve(config.root, config.build.outDir)
     },
     closeBundle() {
       for (const path of files(outDir)) if (COMPRESSIBLE.test(path)) compressFile(path)

@@ -1,9 +1,12 @@
 """The whole federation through the dashboards, in headless Chromium (frontend/e2e/federation.mjs).
 
-Four node processes on an anvil chain, one a label-flipping attacker; the operator of each
-uploads a dataset through its dashboard, the first creates a job, the others join, the rounds
-complete while the job page redraws its accuracy chart, the attacker's update shows as
-rejected, and the global model is downloaded and tried on a sample.
+Four node processes on an anvil chain, one a label-flipping attacker. Everything is clicked: the
+operator of each uploads a dataset through its dashboard; the first grants the second access to
+its dataset (the second lists it as granted to it) and revokes it after confirming; the first
+creates a job from its jobs page (and joins it in the same step), the others join, the first
+starts it once enough joined, the rounds complete while the job page redraws its accuracy
+chart, the attacker's update shows as rejected, the job is followed on a 390 px phone, the
+served global model is downloaded and tried on a sample, and a second job is cancelled.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def test_federation_through_the_dashboards(tmp_path):
             "DEFL_ROUND_TIMEOUT_S": "300",
             "DEFL_WAIT_S": "900",
             "DEFL_ATTACKER_ADDRESS": federation.nodes[3].address,
+            "DEFL_GRANTEE_ADDRESS": federation.nodes[1].address,
             "DEFL_SCREENSHOTS": str(screenshots),
         }
         proc = subprocess.run(
