@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from backend.ledger import models
@@ -19,24 +17,17 @@ def _run_one_round_job(ledgers) -> int:
         ledger.data.register_dataset(bytes([i + 1]) * 32, bytes([i + 9]) * 32, b"\x05" * 32, 50, 5_000_000)
     ledgers[0].data.grant(1, ledgers[1].client.address, b"\xaa" * 113)
     ledgers[0].data.revoke(1, ledgers[1].client.address)
-    # Spends are recorded through the jobs contract, by a participant in a round (trainer 2 below);
-    # contracts without it took them from the data owner directly.
-    spends_by_job = hasattr(ledgers[0].fl, "spend_privacy")
-    if not spends_by_job:
-        ledgers[2].data.spend_privacy(3, 1, 1_250_000)
+    # spends are recorded through the jobs contract, by a participant in a round (trainers below)
     w3 = ledgers[0].client.w3
     deadline = w3.eth.get_block("latest")["timestamp"] + 3600
-    spec = JobSpec(b"\x01" * 32, REF, HASH, 1, 2, 2, 2, deadline, 600, 600)
-    if spends_by_job:
-        spec = dataclasses.replace(spec, max_spend_per_round=1_250_000)
+    spec = JobSpec(b"\x01" * 32, REF, HASH, 1, 2, 2, 2, deadline, 600, 600, max_spend_per_round=1_250_000)
     fl = [ledger.fl for ledger in ledgers]
     job = fl[0].propose_job(spec)
     for i in range(5):
         fl[i].join(job, i + 1)
     fl[0].start_job(job, [ledgers[0].client.address, ledgers[1].client.address])
     for i in (2, 3, 4):
-        if spends_by_job:
-            fl[i].spend_privacy(job, 1, 1_250_000 if i == 2 else 1)
+        fl[i].spend_privacy(job, 1, 1_250_000 if i == 2 else 1)
         fl[i].submit_update(job, 1, bytes([i]) * 64, bytes([i]) * 32, 10 * i)
     addr = [ledger.client.address for ledger in ledgers]
     fl[0].submit_scores(job, 1, {addr[2]: 9000, addr[3]: 7000, addr[4]: 0})
