@@ -15,8 +15,9 @@ memory traffic lands on another mode's steps; the ratio of the two medians is
 that block's figure. The blocks run over all modes ``--rounds`` times and each
 mode's ratio is the median over its blocks. A DP step is exactly what
 ``train_local`` runs: forward and backward, per-example clipping, Gaussian noise,
-the SGD update, with the Poisson mask and the noise drawn from the secret ChaCha20 stream
-(``fl_node.secure_random``, secure Gaussian sampling) as train_local draws them. Before timing, ``bk``'s clipped noisy gradient is checked against
+the SGD update, with the Poisson mask and the noise drawn from the secret ChaCha20 streams
+(``fl_node.secure_random``, secure Gaussian sampling, the noise drawn one step ahead on a
+helper thread) as train_local draws them. Before timing, ``bk``'s clipped noisy gradient is checked against
 Opacus's on the same batch and noise draw (``bk_max_abs_diff``). The goal is
 <= 1.3x; Opacus's own CPU anchor is about 1.6x.
 
@@ -89,16 +90,17 @@ def plain_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
 def dp_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) -> Step:
     wrapped = prepare_module(model, mode)
     randomness = SecureRandom(NOISE_KEY)
+    masks = randomness.fork("poisson")
     optimizer = SecretNoiseDPOptimizer(
         torch.optim.SGD(wrapped.parameters(), lr=0.05, momentum=0.9),
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         expected_batch_size=len(y),
-        randomness=randomness,
+        randomness=randomness.fork("noise"),
     )
 
     def step() -> None:
-        randomness.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
+        masks.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
         optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(wrapped(x), y).backward()
         optimizer.step()
@@ -110,16 +112,17 @@ def bk_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
     """fl_node.dp_engine, as train_local runs it: mean loss, clipped sum + noise / expected batch size."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     randomness = SecureRandom(NOISE_KEY)
+    masks = randomness.fork("poisson")
     engine = BookKeepingDP(
         model,
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         expected_batch_size=len(y),
-        noise=randomness,
+        noise=randomness.fork("noise"),
     )
 
     def step() -> None:
-        randomness.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
+        masks.poisson_mask(POISSON_POPULATION, len(y) / POISSON_POPULATION)  # the batch draw
         optimizer.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(engine.forward(x), y).backward()
         engine.privatize()

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from fl_node.secure_random import NoiseSource, SecureRandom, TorchRandom
+from fl_node.secure_random import NoiseAhead, NoiseSource, SecureRandom, TorchRandom
 
 # Parameter-free modules that act on each example on its own, so they cannot mix examples.
 PER_EXAMPLE_MODULES: tuple[type[nn.Module], ...] = (
@@ -112,6 +112,26 @@ def unsupported_reason(model: nn.Module) -> str | None:
     if len(seen) != len({id(p) for p in model.parameters()}):
         return "the model has parameters outside its supported layers"
     return None
+
+
+def draw_noise(owner: object, params: list[torch.Tensor], std: float) -> list[torch.Tensor]:
+    """This step's Gaussian noise for each of ``params``, from ``owner.noise``.
+
+    A secret stream draws the whole step at once, one step ahead on a helper thread (the
+    noise does not depend on the data); a torch generator draws parameter by parameter, in
+    Opacus's order, so tests can compare the two engines draw for draw.
+    """
+    source = owner.noise
+    dtypes = {p.dtype for p in params}
+    if isinstance(source, SecureRandom) and len(dtypes) == 1:
+        ahead = getattr(owner, "_noise_ahead", None)
+        if ahead is None or getattr(owner, "_noise_std", None) != std:
+            if ahead is not None:
+                ahead.close()
+            ahead = NoiseAhead(source, [p.shape for p in params], std=std, dtype=dtypes.pop())
+            owner._noise_ahead, owner._noise_std = ahead, std
+        return ahead.take()
+    return [source.normal(p.shape, std=std, dtype=p.dtype) for p in params]
 
 
 class _Tape:
@@ -442,12 +462,13 @@ class BookKeepingDP:
                 tape.clear()
         std = self.noise_multiplier * self.max_grad_norm
         divisor = self.expected_batch_size if self.loss_reduction == "mean" else 1
-        for param in self.params:
+        noises = draw_noise(self, self.params, std) if std > 0 else [None] * len(self.params)
+        for param, noise in zip(self.params, noises, strict=True):
             grad = sums.get(id(param))
             if grad is None:
                 grad = torch.zeros_like(param)
-            if std > 0:
-                grad = grad + self.noise.normal(param.shape, std=std, dtype=param.dtype)
+            if noise is not None:
+                grad = grad + noise
             param.grad = grad / divisor if divisor != 1 else grad
         self.batch_size = 0
 
@@ -459,6 +480,12 @@ class BookKeepingDP:
         norm), then one weight gradient of the clip-weighted output gradients.
         """
         return [f"{type(t.module).__name__} {t.plan}" for t in self._tapes.values()]
+
+    def close(self) -> None:
+        """Stop drawing noise ahead (the training run is over)."""
+        if getattr(self, "_noise_ahead", None) is not None:
+            self._noise_ahead.close()
+            self._noise_ahead = None
 
     def zero_grad(self) -> None:
         for tape in self._tapes.values():

@@ -13,8 +13,8 @@ Gaussian samples resist floating-point attacks (Mironov 2012; Jin et al. 2022, "
 Yet? Timing and Floating-Point Attacks on Differential Privacy Systems") the way Opacus's
 secure mode does (Holohan and Braghin 2021, "Secure Random Sampling in Differential
 Privacy"): each sample is the sum of four independent N(0, std^2) draws divided by two, each
-draw made with the Box-Muller transform from uniforms of 53 random bits, in the parameter's
-precision. The low-order bits of a released value then carry no usable trace of one draw.
+draw made with the Box-Muller transform in the parameter's precision from uniforms with at
+least as many random bits. The low-order bits of a released value then carry no usable trace of one draw.
 
 A retry that must repeat a draw derives its key with :meth:`SecureRandom.derive`, an
 HMAC-SHA256 of a node-local secret over the job, round and attempt: reproducible by the node,
@@ -29,6 +29,7 @@ import hmac
 import math
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 KEY_BYTES = 32
 _UNIT_53 = 2.0**-53
+_UNIT_32 = 2.0**-32
 _DOMAIN = b"defl/dp-randomness/v1"
 
 
@@ -53,7 +55,16 @@ class SecureRandom:
         # ChaCha20's 16-byte nonce here is a 32-bit block counter and a 96-bit nonce; one key
         # is never reused with another nonce, so a zero nonce is fine and the stream is 256 GiB.
         self._stream = Cipher(algorithms.ChaCha20(bytes(key), b"\0" * 16), mode=None).encryptor()
+        self._key = bytes(key)
         self._lock = threading.Lock()
+
+    def fork(self, label: str) -> SecureRandom:
+        """An independent stream for one purpose (batch masks, noise), derived from this key.
+
+        Separate streams keep each purpose's sequence of draws fixed whatever the other does,
+        so noise can be drawn ahead of its step without reordering anything.
+        """
+        return SecureRandom.derive(self._key, "fork", label)
 
     @classmethod
     def derive(cls, secret: bytes, *context: str | int) -> SecureRandom:
@@ -73,6 +84,12 @@ class SecureRandom:
         values = ((words >> np.uint64(11)).astype(np.float64) + 0.5) * _UNIT_53
         return torch.from_numpy(values)
 
+    def uniform32(self, count: int) -> torch.Tensor:
+        """``count`` float32 values uniform on (0, 1) from 32 random bits each (float32 draws)."""
+        words = np.frombuffer(self.random_bytes(4 * count), dtype=np.uint32)
+        values = (words.astype(np.float64) + 0.5) * _UNIT_32  # exact, then one rounding
+        return torch.from_numpy(values.astype(np.float32))
+
     def poisson_mask(self, count: int, rate: float) -> torch.Tensor:
         """Which of ``count`` records join a Poisson-sampled batch (each with probability ``rate``)."""
         return self.uniform(count) < rate
@@ -82,22 +99,66 @@ class SecureRandom:
     ) -> torch.Tensor:
         """N(0, std^2) samples of ``shape``, each the sum of four independent draws over two.
 
-        The uniforms carry 53 random bits; the Box-Muller transform runs in the precision of
-        the result (float32 for float32 parameters, as Opacus's secure mode draws with
-        ``torch.normal``), float64 when float64 is asked for.
+        The Box-Muller transform runs in the precision of the result: float32 for float32
+        parameters from 32-bit uniforms (as Opacus's secure mode draws with ``torch.normal``),
+        float64 from 53-bit uniforms when float64 is asked for.
         """
         count = math.prod(shape)
         if std == 0 or count == 0:
             return torch.zeros(shape, dtype=dtype)
-        work = torch.float64 if dtype == torch.float64 else torch.float32
         # Box-Muller: each pair of uniforms gives two independent normals (cos and sin), so four
         # normals per sample take four uniforms.
-        uniforms = self.uniform(4 * count).to(work).view(2, 2 * count)
+        if dtype == torch.float64:
+            uniforms = self.uniform(4 * count).view(2, 2 * count)
+        else:
+            uniforms = self.uniform32(4 * count).view(2, 2 * count)
         radius = torch.log(uniforms[0]).mul_(-2.0).sqrt_()
         angle = uniforms[1].mul_(2.0 * math.pi)
         pairs = torch.cos(angle).mul_(radius).add_(torch.sin(angle).mul_(radius))  # two normals each
         total = pairs[:count].add_(pairs[count:])  # four normals each
         return total.mul_(std / 2.0).to(dtype).view(shape)
+
+
+class NoiseAhead:
+    """The next step's noise for a fixed list of shapes, drawn on a helper thread one step ahead.
+
+    DP-SGD adds noise of the same shapes and std every step, and the noise does not depend on
+    the data, so the secret stream can fill the next step's noise while this step's forward
+    and backward run: the draws, their order and their distribution are unchanged, only when
+    they are made moves. ``take()`` returns this step's list and starts the next.
+    """
+
+    def __init__(
+        self, source: SecureRandom, shapes: list[torch.Size], *, std: float, dtype: torch.dtype
+    ) -> None:
+        self._source = source
+        self._shapes = list(shapes)
+        self._std = std
+        self._dtype = dtype
+        self._next = _noise_thread().submit(self._draw)
+
+    def _draw(self) -> list[torch.Tensor]:
+        sizes = [math.prod(shape) for shape in self._shapes]
+        flat = self._source.normal((sum(sizes),), std=self._std, dtype=self._dtype)
+        return [part.view(shape) for part, shape in zip(flat.split(sizes), self._shapes, strict=True)]
+
+    def take(self) -> list[torch.Tensor]:
+        noise = self._next.result()
+        self._next = _noise_thread().submit(self._draw)
+        return noise
+
+    def close(self) -> None:
+        self._next.cancel()
+
+
+_noise_executor: ThreadPoolExecutor | None = None
+
+
+def _noise_thread() -> ThreadPoolExecutor:
+    global _noise_executor
+    if _noise_executor is None:
+        _noise_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dp-noise")
+    return _noise_executor
 
 
 class TorchRandom:
@@ -110,6 +171,10 @@ class TorchRandom:
 
     def __init__(self, generator: torch.Generator) -> None:
         self.generator = generator
+
+    def fork(self, label: str) -> TorchRandom:
+        """One generator serves every purpose: its draws stay in Opacus's order."""
+        return self
 
     def uniform(self, count: int) -> torch.Tensor:
         return torch.rand(count, generator=self.generator)

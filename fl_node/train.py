@@ -41,7 +41,7 @@ from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processe
 from torch import nn
 
 from fl_node.data import ArrayDataset
-from fl_node.dp_engine import BookKeepingDP, unsupported_reason
+from fl_node.dp_engine import BookKeepingDP, draw_noise, unsupported_reason
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
 from fl_node.secure_random import NoiseSource, SecureRandom
 
@@ -210,6 +210,7 @@ def train_local(
         generator = torch.Generator().manual_seed(config.seed)
         if config.private:
             history = privacy_history if privacy_history is not None else PrivacyHistory()
+            # The masks and the noise each get a stream forked from this one (see the engines).
             source = randomness if randomness is not None else SecureRandom()
             _train_private(model, x, y, config, plan, source, history=history, ledger=ledger)
         else:
@@ -310,11 +311,11 @@ def _train_private(
         noise_multiplier=plan.noise_multiplier,
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
-        randomness=randomness,
+        randomness=randomness.fork("noise"),
     )
     optimizer.attach_step_hook(_accounting_hook(plan, history, ledger))
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, randomness)
+        batches = _poisson_batches(len(y), plan.sample_rate, randomness.fork("poisson"))
         for _, idx in zip(range(plan.steps), batches, strict=False):
             optimizer.zero_grad(set_to_none=True)
             if len(idx) == 0:
@@ -325,6 +326,7 @@ def _train_private(
                 add_proximal_gradient(anchors, config.proximal_mu)
                 optimizer.original_optimizer.step()
     finally:
+        optimizer.close()
         optimizer.zero_grad(set_to_none=True)
         wrapped._close()
 
@@ -366,11 +368,11 @@ def _train_private_bk(
         noise_multiplier=plan.noise_multiplier,
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
-        noise=randomness,
+        noise=randomness.fork("noise"),
         loss_reduction="mean",
     )
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, randomness)
+        batches = _poisson_batches(len(y), plan.sample_rate, randomness.fork("poisson"))
         for _, idx in zip(range(plan.steps), batches, strict=False):
             optimizer.zero_grad(set_to_none=True)
             if len(idx) > 0:
@@ -380,6 +382,7 @@ def _train_private_bk(
             add_proximal_gradient(anchors, config.proximal_mu)
             optimizer.step()
     finally:
+        engine.close()
         engine.zero_grad()
 
 
@@ -407,15 +410,22 @@ class SecretNoiseDPOptimizer(DPOptimizer):
         self, optimizer: torch.optim.Optimizer, *, randomness: NoiseSource, **kwargs: object
     ) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[arg-type]
-        self.randomness = randomness
+        self.noise = randomness
 
     def add_noise(self) -> None:
         std = self.noise_multiplier * self.max_grad_norm
         for p in self.params:
             _check_processed_flag(p.summed_grad)
-            noise = self.randomness.normal(p.summed_grad.shape, std=std, dtype=p.summed_grad.dtype)
+        noises = draw_noise(self, [p.summed_grad for p in self.params], std)
+        for p, noise in zip(self.params, noises, strict=True):
             p.grad = (p.summed_grad + noise).view_as(p)
             _mark_as_processed(p.summed_grad)
+
+    def close(self) -> None:
+        """Stop drawing noise ahead (the training run is over)."""
+        if getattr(self, "_noise_ahead", None) is not None:
+            self._noise_ahead.close()
+            self._noise_ahead = None
 
 
 def _empty_grad_samples(optimizer: DPOptimizer) -> None:
