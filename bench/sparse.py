@@ -280,7 +280,7 @@ def main() -> None:
         "delta_time_to_target_ratio": (
             round(times["delta"] / times["dense"], 4) if times["delta"] and times["dense"] else None
         ),
-        "final_loss_gap": round((final["hybrid"] - final["dense"]) / final["dense"], 4),
+        "final_loss_gap": round((final["hybrid"] - final["dense"]) / final["dense"], 4) + 0.0,
         "dense_model_overhead": round(overhead["dense_model_overhead"], 4),
         "dense_model_codec_ratio": round(overhead["dense_model_codec_ratio"], 4),
         "dense_model_bytes_ratio": round(overhead["dense_model_bytes_ratio"], 4),
