@@ -13,6 +13,8 @@ All of it is read from the chain's mirror and this node's tables: nothing here w
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from backend.jobs.models import JobRecord, Membership, RoundMetric
 from backend.ledger import models as mirror
 from backend.nodes import overview as node_overview
@@ -66,15 +68,28 @@ def _job_names(ids) -> dict[int, str]:
 
 
 def overview() -> dict:
-    me = node_overview.identity()["address"]
+    """Everything the overview page shows but peers and events, in one request: the page's
+    cards come from ``node`` (the same shape as GET /api/node), computed once here."""
+    ident = node_overview.identity()
+    me = ident["address"]
     chain = node_overview.chain_status()
     storage = node_overview.storage_status()
     jobs = list(mirror.Job.objects.filter(status__in=ACTIVE_JOBS).order_by("-job_id")[:50])
     names = _job_names(job.job_id for job in jobs)
     swarm = _swarm_nodes()
     warnings = _warnings(me, chain, storage, swarm)
+    node = {
+        **ident,
+        "name": settings.DEFL_NODE_NAME,
+        "endpoint": settings.DEFL_NODE_ENDPOINT,
+        "chain": chain,
+        "storage": storage,
+        "workers": node_overview.workers_status(),
+        "device": node_overview.device(),
+    }
     return {
         "address": me,
+        "node": node,
         "jobs": [_job_row(job, me, names) for job in jobs],
         "chain": {key: chain.get(key) for key in ("available", "block", "indexed_block", "lag", "error")},
         "storage": storage,

@@ -144,6 +144,9 @@ def test_overview_warns_in_sentences_when_something_is_wrong(viewer):
     assert "cannot be reached" in kinds["chain"]["text"]
     assert "ε 9.50 of its cap 10.00" in kinds["budget"]["text"]
     assert body["chain"]["available"] is False
+    # The node card's data comes along (the overview page needs no separate GET /api/node).
+    assert body["node"]["address"] == ME and body["node"]["chain"]["available"] is False
+    assert set(body["node"]) >= {"name", "endpoint", "overlay", "storage", "workers", "device"}
 
 
 def test_model_catalog_names_the_job_gives_accuracy_and_marks_the_served_version(viewer):
