@@ -8,6 +8,15 @@ A spec is ``NAME:FRACTION`` (``label_flip:0.2``): that fraction of the nodes att
 * ``gaussian`` -- sends noise of the honest update's scale instead of the update.
 * ``free_rider`` -- sends a zero update without training (Lin et al. 2019,
   "Free-riders in Federated Learning").
+* ``copy`` -- does not train; re-submits an honest trainer's update (the same bytes and
+  content hash, visible in the round's event before the deadline) to ride free.
+* ``inflate`` -- trains on flipped labels and claims a huge sample count, so that a
+  sample-weighted average would be its model alone.
+* ``backdoor`` -- targeted poisoning (Bagdasaryan et al. 2020, "How To Backdoor Federated
+  Learning"; Gu et al. 2017, "BadNets"): half of its examples carry a trigger patch and
+  the label :data:`BACKDOOR_TARGET`; the model stays accurate on clean inputs, so an
+  accuracy-scoring committee cannot see it. Success is the fraction of triggered test
+  inputs of other classes classified as the target (:func:`backdoor_success`).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ class Attack:
     poison_data: Callable[[ArrayDataset, int], ArrayDataset] | None = None
     poison_update: Callable[[Update, torch.Generator], Update] | None = None
     trains: bool = True
+    copies: bool = False  # re-submits an honest trainer's update instead of its own
+    claimed_samples: int | None = None  # the sample count it claims (None: the truth)
 
 
 _ATTACKS: dict[str, Attack] = {}
@@ -62,10 +73,55 @@ def _zero(update: Update, _generator: torch.Generator) -> Update:
     return {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in update.items()}
 
 
+BACKDOOR_TARGET = 0
+BACKDOOR_FRACTION = 0.5  # of the attacker's examples that carry the trigger
+TRIGGER_SIZE = 4  # pixels: a white square in the bottom-right corner
+INFLATED_SAMPLES = 2**62
+
+
+def add_trigger(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` with the trigger: the bottom-right square of images (N, C, H, W) set to the
+    data's maximum, or the last ``TRIGGER_SIZE**2`` features of flat inputs."""
+    triggered = np.array(x, copy=True)
+    high = float(x.max()) if x.size else 1.0
+    if triggered.ndim == 4:
+        triggered[:, :, -TRIGGER_SIZE:, -TRIGGER_SIZE:] = high
+    else:
+        flat = triggered.reshape(len(triggered), -1)
+        flat[:, -(TRIGGER_SIZE**2) :] = high
+    return triggered
+
+
+def _backdoor(data: ArrayDataset, _num_classes: int) -> ArrayDataset:
+    n = len(data)
+    chosen = np.random.default_rng(n).permutation(n)[: int(n * BACKDOOR_FRACTION)]
+    x = np.array(data.x, copy=True)
+    y = np.array(data.y, copy=True)
+    x[chosen] = add_trigger(x[chosen])
+    y[chosen] = BACKDOOR_TARGET
+    return ArrayDataset(x, y)
+
+
+def backdoor_success(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
+    """Fraction of triggered inputs whose true class is not the target that the model
+    classifies as the target."""
+    keep = y != BACKDOOR_TARGET
+    if not keep.any():
+        return 0.0
+    triggered = torch.from_numpy(add_trigger(x[keep]))
+    model.eval()
+    with torch.no_grad():
+        predicted = model(triggered).argmax(dim=1)
+    return float((predicted == BACKDOOR_TARGET).float().mean())
+
+
 register_attack(Attack("label_flip", poison_data=_flip_labels))
 register_attack(Attack("sign_flip", poison_update=_sign_flip))
 register_attack(Attack("gaussian", poison_update=_gaussian))
 register_attack(Attack("free_rider", poison_update=_zero, trains=False))
+register_attack(Attack("copy", trains=False, copies=True))
+register_attack(Attack("inflate", poison_data=_flip_labels, claimed_samples=INFLATED_SAMPLES))
+register_attack(Attack("backdoor", poison_data=_backdoor))
 
 
 def available_attacks() -> list[str]:

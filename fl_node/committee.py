@@ -13,7 +13,12 @@ only and every tie is broken the same way:
   middle values. An update nobody scored has median 0.
 * Ranking: higher median first; equal medians are ordered by the trainer's
   address as a 160-bit number, smaller first.
-* Accepted: the first ``top_k`` ranked updates whose median is above 0.
+* Accepted: the first ``top_k`` ranked updates whose median beats the base
+  model's by more than the job's margin: ``median > base + margin``, where
+  ``base`` is the median of the committee's scores of the unchanged global model
+  (0 when the round has no base scores, which gives the plain "median above 0").
+  So a constant or random model, which scores no better than the model it would
+  replace, is never accepted.
 * Next committee: the first ``committee_size`` ranked trainers (score 0 included,
   ranked last). Committee members do not train, so a member is never elected
   twice in a row and no node stays on the committee forever. Where the round
@@ -57,6 +62,7 @@ class RoundOutcome:
     ranking: list[str]
     accepted: list[str]
     next_committee: list[str]
+    base_median: int = 0
 
 
 def decide_round(
@@ -66,12 +72,15 @@ def decide_round(
     top_k: int,
     committee_size: int,
     current_committee: Sequence[str] = (),
+    base_scores: Mapping[str, int] | None = None,
+    margin: int = 0,
 ) -> RoundOutcome:
     """Apply the committee rule to one round.
 
     ``trainers`` are the addresses that submitted an update (hex strings);
     ``scores[member][trainer]`` is the score that committee member gave the
-    trainer's update (members who did not submit are simply absent).
+    trainer's update (members who did not submit are simply absent);
+    ``base_scores[member]`` is the score that member gave the unchanged global model.
     """
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
@@ -79,6 +88,11 @@ def decide_round(
         raise ValueError("committee_size must be at least 1")
     if len(set(trainers)) != len(trainers):
         raise ValueError("a trainer appears twice")
+    if not 0 <= margin <= MAX_SCORE:
+        raise ValueError(f"margin {margin} is outside [0, {MAX_SCORE}]")
+    for member, value in (base_scores or {}).items():
+        if not 0 <= value <= MAX_SCORE:
+            raise ValueError(f"base score {value} from {member} is outside [0, {MAX_SCORE}]")
     for member_scores in scores.values():
         for trainer, value in member_scores.items():
             if not 0 <= value <= MAX_SCORE:
@@ -88,11 +102,14 @@ def decide_round(
         for trainer in trainers
     }
     ranking = sorted(trainers, key=lambda t: (-medians[t], _address_key(t)))
-    accepted = [t for t in ranking if medians[t] > 0][:top_k]
+    base = median_score(list((base_scores or {}).values()))
+    accepted = [t for t in ranking if medians[t] > base + margin][:top_k]
     next_committee = ranking[:committee_size]
     for member in current_committee:
         if len(next_committee) >= committee_size:
             break
         if member not in next_committee:
             next_committee.append(member)
-    return RoundOutcome(medians=medians, ranking=ranking, accepted=accepted, next_committee=next_committee)
+    return RoundOutcome(
+        medians=medians, ranking=ranking, accepted=accepted, next_committee=next_committee, base_median=base
+    )

@@ -20,13 +20,14 @@ import torch
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
 from fl_node.codec import content_hash, decode_update, update_spec
-from fl_node.committee import decide_round
+from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
+from fl_node.robust import cap_samples, colluding_scores, first_by_hash, within_norm_bound
 from fl_node.score import score_update_int
 from fl_node.secure_random import SecureRandom
 from fl_node.sparse import SparsePolicy, encode_with_policy
@@ -49,6 +50,7 @@ class SimulationConfig:
     committee: int = 2
     top_k: int | None = None  # default: every trainer but one
     strategy: str = "fedavg"
+    strategy_params: tuple[tuple[str, float | int], ...] = ()  # (("beta", 0.25),) for trimmed_mean
     attack: str | None = None  # "label_flip:0.2"
     local_epochs: int = 1
     batch_size: int = 64
@@ -62,6 +64,12 @@ class SimulationConfig:
     score_privacy: str = "dp"
     seed: int = 0
     update_encoding: str = "auto"  # fl_node.sparse: "auto" (per tensor by cost), "dense", "delta"
+    # Robustness (issue 14, fl_node.robust). consensus=False is the undefended FedAvg baseline: no
+    # committee, every node trains, every update is averaged as sent with the samples it claims.
+    consensus: bool = True
+    norm_bound: float | None = None  # an update above this L2 norm scores 0 from honest members
+    margin: int | None = None  # None: accept a median above 0; n: beat the base model's median by n
+    collude: bool = False  # attackers on the committee score accomplices MAX_SCORE, the others 0
 
     def __post_init__(self) -> None:
         SparsePolicy(encoding=self.update_encoding)  # validates early
@@ -81,8 +89,12 @@ class SimulationConfig:
             raise ValueError(f"score_privacy must be one of {SCORE_PRIVACY}, got {self.score_privacy!r}")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        if self.norm_bound is not None and not (self.norm_bound > 0 and math.isfinite(self.norm_bound)):
+            raise ValueError(f"norm_bound must be a positive number, got {self.norm_bound}")
+        if self.margin is not None and not 0 <= self.margin <= MAX_SCORE:
+            raise ValueError(f"margin must be in [0, {MAX_SCORE}], got {self.margin}")
         parse_attack_spec(self.attack)  # validates early
-        get_strategy(self.strategy)
+        get_strategy(self.strategy, **dict(self.strategy_params))
 
     @property
     def trainers_per_round(self) -> int:
@@ -164,6 +176,7 @@ class SimulationResult:
     attackers: list[int]
     # Each participant's composed releases (training and scores), for an independent audit.
     histories: list[PrivacyHistory] = field(default_factory=list)
+    final_state: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def final_accuracy(self) -> float:
@@ -314,7 +327,7 @@ def run_simulation(
     by_address = {p.address: p for p in participants}
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spec = update_spec(global_state)
-    strategy = get_strategy(config.strategy)
+    strategy = get_strategy(config.strategy, **dict(config.strategy_params))
     policy = SparsePolicy(encoding=config.update_encoding)
     server_state = None
     committee = [p.address for p in participants[: config.committee]]
@@ -322,41 +335,52 @@ def run_simulation(
     records: list[RoundRecord] = []
     for round_index in range(config.rounds):
         started = time.perf_counter()
-        trainers = [p for p in participants if p.address not in committee]
+        if config.consensus:
+            trainers = [p for p in participants if p.address not in committee]
+        else:
+            trainers = list(participants)
+        # Arrival order: copiers submit last, after they saw the update they copy.
+        trainers.sort(key=lambda p: bool(p.attack and p.attack.copies))
         encoded: dict[str, tuple[bytes, int]] = {}
         for trainer in trainers:
             update, samples = _local_update(
                 config, trainer, model, global_state, splits.num_classes, round_index, randomness_secret
             )
             blob, _ = encode_with_policy(update, global_state, policy)  # as the node's trainer encodes
+            if trainer.attack and trainer.attack.copies and encoded:
+                blob = _copied_blob(encoded, by_address)
+            if trainer.attack and trainer.attack.claimed_samples:
+                samples = trainer.attack.claimed_samples
             encoded[trainer.address] = (blob, samples)
-        scores = {}
-        for member_address in committee:
-            member = by_address[member_address]
-            vx, vy = member.val.tensors()
-            noise = member.plan.score_noise_multiplier if member.plan else None
-            scores[member_address] = {
-                address: score_update_int(
-                    scratch,
-                    global_state,
-                    blob,
-                    vx,
-                    vy,
-                    noise_multiplier=noise,
-                    randomness=_stream(randomness_secret, "score", round_index, member.index, address),
-                )
-                for address, (blob, _) in encoded.items()
-            }
-            member.charge(member.plan.score_release(len(encoded)) if member.plan else None)
-        outcome = decide_round(
-            [t.address for t in trainers],
-            scores,
-            top_k=config.effective_top_k,
-            committee_size=config.committee,
-            current_committee=committee,
-        )
+        hashes = {a: content_hash(blob) for a, (blob, _) in encoded.items()}
+        if config.consensus:
+            # The chain keeps the first update of each content hash and bounds samples by the dataset.
+            kept, _ = first_by_hash((a, hashes[a]) for a in encoded)
+            weights = {a: cap_samples(encoded[a][1], len(by_address[a].train)) for a in kept}
+            outcome = _committee_round(
+                config,
+                committee,
+                kept,
+                encoded,
+                by_address,
+                scratch,
+                global_state,
+                spec,
+                round_index,
+                randomness_secret,
+            )
+        else:
+            weights = {a: samples for a, (_, samples) in encoded.items()}
+            outcome = RoundOutcome(
+                medians=dict.fromkeys(encoded, 0),
+                ranking=list(encoded),
+                accepted=list(encoded),
+                next_committee=list(committee),
+            )
         accepted = [
-            WeightedUpdate(decode_update(encoded[a][0], spec), encoded[a][1], content_hash(encoded[a][0]))
+            WeightedUpdate(
+                decode_update(encoded[a][0], spec), weights[a], hashes[a] if config.consensus else a
+            )
             for a in outcome.accepted
         ]
         if accepted:
@@ -371,10 +395,10 @@ def run_simulation(
                 UpdateRecord(
                     trainer=t.index,
                     attacker=t.attack is not None,
-                    median=outcome.medians[t.address],
+                    median=outcome.medians.get(t.address, 0),
                     accepted=t.address in outcome.accepted,
-                    num_samples=encoded[t.address][1],
-                    content_hash=content_hash(encoded[t.address][0]),
+                    num_samples=weights.get(t.address, 0),
+                    content_hash=hashes[t.address],
                     encoded_bytes=len(encoded[t.address][0]),
                 )
                 for t in trainers
@@ -394,7 +418,73 @@ def run_simulation(
         committee = outcome.next_committee
     attackers = sorted(p.index for p in participants if p.attack)
     return SimulationResult(
-        config=config, rounds=records, attackers=attackers, histories=[p.history for p in participants]
+        config=config,
+        rounds=records,
+        attackers=attackers,
+        histories=[p.history for p in participants],
+        final_state=global_state,
+    )
+
+
+def _copied_blob(encoded: dict[str, tuple[bytes, int]], by_address: dict[str, Participant]) -> bytes:
+    """The update a copier re-submits: the first honest one of the round (any, if none is honest)."""
+    honest = [a for a in encoded if by_address[a].attack is None]
+    return encoded[(honest or list(encoded))[0]][0]
+
+
+def _committee_round(
+    config: SimulationConfig,
+    committee: list[str],
+    kept: list[str],
+    encoded: dict[str, tuple[bytes, int]],
+    by_address: dict[str, Participant],
+    scratch: torch.nn.Module,
+    global_state: dict[str, torch.Tensor],
+    spec,
+    round_index: int,
+    secret: bytes | None,
+) -> RoundOutcome:
+    """Every member scores the kept updates (and the base model when the job has a margin);
+    :func:`decide_round` decides. An update over the norm bound scores 0 from honest members."""
+    scorable = {a for a in kept if within_norm_bound(decode_update(encoded[a][0], spec), config.norm_bound)}
+    accomplices = {a for a in kept if by_address[a].attack is not None}
+    base_update = {k: torch.zeros_like(v) for k, v in global_state.items() if v.is_floating_point()}
+    scores: dict[str, dict[str, int]] = {}
+    base_scores: dict[str, int] = {}
+    for member_address in committee:
+        member = by_address[member_address]
+        if config.collude and member.attack is not None:
+            scores[member_address] = colluding_scores(kept, accomplices)
+            base_scores[member_address] = 0  # so that its accomplices clear any margin
+            continue
+        vx, vy = member.val.tensors()
+        noise = member.plan.score_noise_multiplier if member.plan else None
+
+        def score(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> int:
+            return score_update_int(
+                scratch,
+                global_state,
+                blob,
+                vx,
+                vy,
+                noise_multiplier=noise,
+                randomness=_stream(secret, "score", round_index, member.index, address),
+            )
+
+        scores[member_address] = {a: score(a, encoded[a][0]) if a in scorable else 0 for a in kept}
+        released = len(scorable)
+        if config.margin is not None:
+            base_scores[member_address] = score("base", base_update)
+            released += 1
+        member.charge(member.plan.score_release(released) if member.plan else None)
+    return decide_round(
+        kept,
+        scores,
+        top_k=config.effective_top_k,
+        committee_size=config.committee,
+        current_committee=committee,
+        base_scores=base_scores if config.margin is not None else None,
+        margin=config.margin or 0,
     )
 
 

