@@ -57,7 +57,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fl_node.codec import SparseRows, Update, densify, to_sparse_rows, value_shape
+from fl_node.codec import SparseRows, Update, densify, to_sparse_rows, touched_rows, value_shape
 
 # Chunk sizes in elements. 32768 float32 (128 KiB) keeps the running sum and the scratch in L2, and
 # is at torch's intra-op grain size, so each op runs on the calling thread: on a shared 2-core box,
@@ -412,6 +412,13 @@ def _sample_weighted(
     }
 
 
+def _leaves_a_row(value: SparseRows | Tensor) -> bool:
+    """Whether a value of 2+ dims has a row (dim 0) that is all zero, whatever its encoding."""
+    if isinstance(value, SparseRows):
+        return value.indices.numel() < value.shape[0]
+    return value.dim() >= 2 and touched_rows(value).numel() < value.shape[0]
+
+
 _REGISTRY: dict[str, type[Strategy]] = {}
 
 
@@ -517,9 +524,10 @@ class HybridAveraging(Strategy):
     """FedAvg for dense tensors; per-row sample-weighted averaging for row-sparse ones.
 
     A tensor is row-sparse if it is named in ``sparse_names`` or, when that is
-    not given, if any update carries it as :class:`SparseRows`. A dense value of
-    a row-sparse tensor counts as touching exactly its non-zero rows, so the
-    result does not depend on how the codec chose to encode each update.
+    not given, if it has two or more dims and some update leaves one of its
+    rows exactly unchanged. A dense value of a row-sparse tensor counts as
+    touching exactly its non-zero rows, so the result does not depend on how
+    each trainer chose to encode its update.
 
     ``rows`` is the job's rule for a row-sparse tensor: ``"touched"`` averages
     each row over the updates that changed it (a rare token's row moves as far
@@ -540,7 +548,8 @@ class HybridAveraging(Strategy):
     def _is_row_sparse(self, ordered: list[WeightedUpdate], name: str) -> bool:
         if self.sparse_names is not None:
             return name in self.sparse_names
-        return any(isinstance(item.update[name], SparseRows) for item in ordered)
+        # By content, never by how a trainer chose to encode it (fl_node.sparse may pick either).
+        return any(_leaves_a_row(item.update[name]) for item in ordered)
 
     def combine(self, global_state: Mapping[str, Tensor], ordered: list[WeightedUpdate]) -> State:
         weights = [item.num_samples for item in ordered]

@@ -178,3 +178,19 @@ def test_round_encodings_counts_choices_and_mean_density():
     summary = round_encodings([sparse, dense])
     assert summary["embedding.weight"] == {"dense": 1, "delta": 1, "density": pytest.approx(0.51)}
     assert summary["head.bias"]["dense"] == 2
+
+
+def test_the_simulator_encodes_as_the_node_does_and_the_encoding_changes_bytes_not_the_model():
+    from fl_node.simulate import SimulationConfig, run_simulation
+
+    common = dict(
+        dataset="zipf_text", model="text", nodes=3, committee=1, rounds=1, partition="iid",
+        strategy="hybrid", batch_size=64, lr=0.5, seed=0, top_k=2,  # both trainers: no score decides
+    )  # fmt: skip
+    auto = run_simulation(SimulationConfig(**common, update_encoding="auto")).rounds[0]
+    dense = run_simulation(SimulationConfig(**common, update_encoding="dense")).rounds[0]
+    assert auto.test_loss == dense.test_loss
+    for sparse, full in zip(auto.updates, dense.updates, strict=True):
+        assert sparse.encoded_bytes < 0.5 * full.encoded_bytes  # the 20,000-row table went as delta
+    with pytest.raises(ValueError, match="update encoding"):
+        SimulationConfig(**common, update_encoding="zip")
