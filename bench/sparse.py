@@ -9,8 +9,10 @@ encodes its update, the aggregator decodes all of them and averages
 Three arms, same seeds and data:
 
 * ``hybrid``  -- encoding "auto" (fl_node.sparse: per tensor and round, dense or
-  delta array by measured density and cost) and HybridAveraging (each embedding
-  row averaged over the nodes that changed it, dense tensors as FedAvg);
+  delta array by measured density and cost) and HybridAveraging over the two
+  tables (``--rows all``, the default: each row's mean over every node, FedAvg's
+  model from the touched rows only; ``--rows touched``: over the nodes that
+  changed it), dense tensors as FedAvg;
 * ``dense``   -- every tensor dense, FedAvg;
 * ``delta``   -- every tensor of 2+ dims as a delta array, HybridAveraging.
 
@@ -31,7 +33,8 @@ The target defaults to dense FedAvg's held-out loss at its last round plus 1%
 (the dense arm must reach its own end point; the hybrid one the same value).
 
 Run from the repository root: ``.venv/bin/python bench/sparse.py`` (about
-5 minutes on one core); ``--big`` for a larger run (64-dim embeddings, more
+13 minutes on the shared 2-core machine at load 10; most of it is full-softmax
+evaluation over 50,000 tokens); ``--big`` for a larger run (64-dim embeddings, more
 rounds, more data). Writes ``bench/out/sparse.png`` (loss against bytes and
 against time). The last printed line is one JSON object.
 """
