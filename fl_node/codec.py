@@ -21,7 +21,9 @@ sorts by it), so encoding is canonical:
   update touching 2% of its rows therefore costs about 2% of the dense bytes,
   as the sparse-delta encodings of federated NLP do (e.g. the sub-model
   updates of Niu et al. 2020, "Billion-scale federated learning on mobile
-  clients: a submodel design with tunable privacy").
+  clients: a submodel design with tunable privacy"). A caller may pin each
+  tensor's form instead (``encodings=``; :mod:`fl_node.sparse` chooses by
+  measured cost per round); decoding accepts either form for any tensor.
 * The content hash is SHA-256 of the exact bytes (hex string; the chain takes
   ``bytes.fromhex(h)`` as its ``bytes32``). SHA-256 is in the standard library
   and hashes at GB/s, where keccak would need an extra dependency.
