@@ -201,8 +201,10 @@ def choose_encodings(
             choices[name] = TensorChoice(name, "dense", rows, touched, numel * 4, 0)
             continue
         delta_bytes = touched * (math.prod(shape[1:]) * 4 + INDEX_BYTES)
-        if policy.encoding == "auto":
-            delta = costs.delta_seconds(touched, shape) < costs.dense_seconds(numel)
+        if policy.encoding == "auto":  # never larger than dense: peers bound an update's bytes
+            delta = delta_bytes < numel * 4 and costs.delta_seconds(touched, shape) < costs.dense_seconds(
+                numel
+            )
         else:
             delta = policy.encoding == "delta"
         choices[name] = TensorChoice(
@@ -233,15 +235,22 @@ def decoded_encodings(update: Mapping[str, Tensor | SparseRows]) -> dict[str, st
     return {name: "delta" if isinstance(v, SparseRows) else "dense" for name, v in sorted(update.items())}
 
 
-def round_encodings(updates: list[Mapping[str, Tensor | SparseRows]]) -> dict[str, dict[str, float]]:
-    """Per tensor over one round's updates: how many came dense and as delta, and their mean density."""
+def round_encodings(
+    updates: list[Mapping[str, Tensor | SparseRows]], *, density: bool = True
+) -> dict[str, dict[str, float]]:
+    """Per tensor over one round's updates: how many came dense and as delta, and their mean density.
+
+    ``density=False`` leaves the density out (it costs a pass over every dense tensor).
+    """
     summary: dict[str, dict[str, float]] = {}
     for update in updates:
         for name, value in sorted(update.items()):
-            entry = summary.setdefault(name, {"dense": 0, "delta": 0, "density": 0.0})
+            entry = summary.setdefault(name, {"dense": 0, "delta": 0} | ({"density": 0.0} if density else {}))
             entry["delta" if isinstance(value, SparseRows) else "dense"] += 1
-            rows = value.shape[0] if len(value.shape) else 1
-            entry["density"] += (_touched(value) / rows if rows else 0.0) / len(updates)
+            if density:
+                rows = value.shape[0] if len(value.shape) else 1
+                entry["density"] += (_touched(value) / rows if rows else 0.0) / len(updates)
     for entry in summary.values():
-        entry["density"] = round(entry["density"], 6)
+        if density:
+            entry["density"] = round(entry["density"], 6)
     return summary

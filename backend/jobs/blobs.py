@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from backend.jobs.driver.timing import SWARM, part
 from backend.swarm.errors import BlobTooLarge
-from fl_node.codec import content_hash, update_spec
+from fl_node.codec import INDEX_BYTES, content_hash, update_spec
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +36,13 @@ _MODEL_COPIES = 3
 def update_max_bytes(global_state: Mapping) -> int:
     """The largest encoded update of the model whose weights are ``global_state``.
 
-    4 bytes a parameter of the update's spec (float32; the codec picks sparse rows only
-    where they are smaller) plus the codec's header.
+    4 bytes a parameter of the update's spec (float32), plus an 8-byte row id per row of each
+    tensor of 2+ dims (a job's sparse policy may send a dense table as a delta array:
+    fl_node.sparse), plus the codec's header.
     """
-    return 4 * sum(math.prod(shape) for shape in update_spec(global_state).values()) + CODEC_SLACK_BYTES
+    shapes = update_spec(global_state).values()
+    rows = sum(INDEX_BYTES * shape[0] for shape in shapes if len(shape) >= 2)
+    return 4 * sum(math.prod(shape) for shape in shapes) + rows + CODEC_SLACK_BYTES
 
 
 def model_max_bytes(state: Mapping) -> int:

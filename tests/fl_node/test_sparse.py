@@ -194,3 +194,22 @@ def test_the_simulator_encodes_as_the_node_does_and_the_encoding_changes_bytes_n
         assert sparse.encoded_bytes < 0.5 * full.encoded_bytes  # the 20,000-row table went as delta
     with pytest.raises(ValueError, match="update encoding"):
         SimulationConfig(**common, update_encoding="zip")
+
+
+def test_peers_bound_admits_a_dense_table_sent_as_a_delta_array():
+    from backend.jobs.blobs import update_max_bytes
+
+    # Narrow rows: the row ids add half the dense size, more than the codec's header slack.
+    state = {"embedding.weight": torch.zeros(200_000, 4), "head.bias": torch.zeros(4)}
+    update = {"embedding.weight": torch.ones(200_000, 4), "head.bias": torch.ones(4)}
+    blob, choices = encode_with_policy(update, state, SparsePolicy(encoding="delta"), FAST)
+    assert choices["embedding.weight"].encoding == "delta"
+    dense = encode_update(update, allow_sparse=False)
+    assert len(dense) < len(blob) <= update_max_bytes(state)
+
+
+def test_auto_never_sends_more_bytes_than_dense_whatever_the_measured_costs():
+    update = update_touching(0.97)  # delta would be larger: 970 * (64 + 8) > 1000 * 64
+    gather_faster = Costs(copy_bytes_per_s=1e6, gather_bytes_per_s=1e12, link_bytes_per_s=1e12)
+    choice = choose_encodings(update, global_state(), SparsePolicy(), gather_faster)["embedding.weight"]
+    assert choice.encoding == "dense"

@@ -8,6 +8,7 @@ which lets the round finish when the first proposer has gone away.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from backend.jobs import blobs, chain
@@ -18,6 +19,9 @@ from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import content_hash, decode_update, encode_model, update_spec
+from fl_node.sparse import round_encodings
+
+logger = logging.getLogger(__name__)
 
 _results: dict[tuple[int, int], tuple[str, bytes]] = {}  # (job, round) -> (hash, bytes), this process
 
@@ -33,6 +37,12 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
     updates = {u.trainer: u for u in job.updates.filter(round=round_, trainer__in=accepted)}
     if len(updates) != len(accepted):
         raise ActionError("accepted updates are not all indexed yet")
+    # A content hash counts once: keep the first in the fixed order (the contract refuses a copy, and
+    # two updates with one id would make every member's aggregation fail, so no model is proposed).
+    first_of_hash: dict[str, str] = {}
+    for trainer in accepted:
+        first_of_hash.setdefault(updates[trainer].content_hash.lower(), trainer)
+    accepted = list(first_of_hash.values())
     bound = blobs.update_max_bytes(global_state)
     fetched = [
         (updates[t], blobs.get_checked(ctx, updates[t].reference, updates[t].content_hash, max_bytes=bound))
@@ -44,6 +54,13 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
             WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash)
             for row, blob in fetched
         ]
+        # What the trainers sent, per tensor (dense or delta arrays, fl_node.sparse): counts only.
+        logger.info(
+            "job %s round %s encodings %s",
+            job.job_id,
+            round_,
+            round_encodings([w.update for w in weighted], density=False),
+        )
         if weighted:
             strategy = get_strategy(config.strategy, **config.strategy_params)
             new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
