@@ -114,7 +114,7 @@ def _operator(monkeypatch) -> APIClient:
 
 
 ATTACKS = {
-    # attack class: resource exhaustion through model size (a 7.9e11-parameter MLP)
+    # attack class: resource exhaustion through model size (10^9 hidden units: 7.4e10 parameters)
     "huge_model_options": ({"model_options": {"hidden": 10**9}}, {}, "model_options.hidden = 1000000000"),
     # attack class: resource exhaustion through training work (10^9 local epochs)
     "epochs_1e9": ({"local_epochs": 10**9}, {}, "1000000000 local epochs is more than this node's limit"),
