@@ -11,7 +11,9 @@ from the contract where the chain enforces them:
 * An update whose L2 norm exceeds the job's bound, or that is not finite, scores 0 from
   every honest committee member: amplified or noise updates never reach the median.
 
-It also registers ``multi_krum_adaptive``, Multi-Krum for the few updates a committee accepts.
+:func:`get_strategy` adds ``multi_krum_adaptive`` (Multi-Krum for the few updates a committee
+accepts) to fl_node.aggregate's strategies, for simulations only: it is not registered, so a
+job's strategy choices do not depend on whether this module was imported.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import TypeVar
 
 import torch
 
-from fl_node.aggregate import MultiKrum, WeightedUpdate, register_strategy, weighted_mean
+from fl_node.aggregate import MultiKrum, Strategy, WeightedUpdate, weighted_mean
+from fl_node.aggregate import get_strategy as get_job_strategy
 from fl_node.codec import Update, densify
 from fl_node.committee import MAX_SCORE
 
@@ -73,7 +76,6 @@ def colluding_scores(trainers: Iterable[str], accomplices: set[str]) -> dict[str
     return {t: MAX_SCORE if t in accomplices else 0 for t in trainers}
 
 
-@register_strategy("multi_krum_adaptive")
 class AdaptiveMultiKrum(MultiKrum):
     """Multi-Krum for a committee's few accepted updates: Krum needs ``n >= 2f + 3``, and a round
     may accept fewer (copies dropped, low medians). Uses the largest ``f`` (up to the configured
@@ -91,3 +93,16 @@ class AdaptiveMultiKrum(MultiKrum):
             }
         f = max(0, min(self.f, (n - 3) // 2))
         return MultiKrum(f=f, m=n - max(f, 1)).combine(global_state, ordered)
+
+
+AdaptiveMultiKrum.name = "multi_krum_adaptive"
+
+
+def get_strategy(name: str, **params: object) -> Strategy:
+    """A job strategy by name (fl_node.aggregate), or ``multi_krum_adaptive``."""
+    if name == AdaptiveMultiKrum.name:
+        try:
+            return AdaptiveMultiKrum(**params)
+        except TypeError as exc:
+            raise ValueError(f"bad parameters for aggregation strategy {name!r}: {exc}") from None
+    return get_job_strategy(name, **params)

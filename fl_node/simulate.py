@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.aggregate import WeightedUpdate
 from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
 from fl_node.codec import content_hash, decode_update, update_spec
 from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round
@@ -27,7 +27,7 @@ from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
-from fl_node.robust import cap_samples, colluding_scores, first_by_hash, within_norm_bound
+from fl_node.robust import cap_samples, colluding_scores, first_by_hash, get_strategy, within_norm_bound
 from fl_node.score import score_update_int
 from fl_node.secure_random import SecureRandom
 from fl_node.sparse import SparsePolicy, encode_with_policy

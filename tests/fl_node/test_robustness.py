@@ -5,10 +5,17 @@ import math
 import pytest
 import torch
 
-from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.aggregate import WeightedUpdate, available_strategies
 from fl_node.attacks import INFLATED_SAMPLES
 from fl_node.committee import MAX_SCORE
-from fl_node.robust import cap_samples, colluding_scores, first_by_hash, update_norm, within_norm_bound
+from fl_node.robust import (
+    cap_samples,
+    colluding_scores,
+    first_by_hash,
+    get_strategy,
+    update_norm,
+    within_norm_bound,
+)
 from fl_node.simulate import SimulationConfig, run_simulation
 
 
@@ -50,6 +57,8 @@ def test_adaptive_multi_krum_drops_the_outlier_of_few_updates_and_averages_two()
     assert torch.equal(state["w"], torch.ones(3))
     state, _ = strategy.aggregate(zero, _updates([1.0, 3.0]))
     assert torch.equal(state["w"], torch.full((3,), 2.0))
+    assert "multi_krum_adaptive" not in available_strategies()  # simulations only, not a job's choice
+    assert get_strategy("median").name == "median"
 
 
 def _run(**overrides):
