@@ -17,12 +17,14 @@ import hmac
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db import IntegrityError
 
 from backend.datasets.models import BudgetGroup, Dataset, RecordHash
 
 _KEY_CONTEXT = b"defl record hashes v1"
 DIGEST_HEX = 32  # 128 bits: collisions among a node's records are out of reach
 _QUERY_CHUNK = 500
+LOCK_GROUP_ID = 1
 
 
 def record_key() -> bytes:
@@ -34,6 +36,20 @@ def keyed_digests(record_digests: Iterable[bytes]) -> list[str]:
     key = record_key()
     keyed = {hmac.new(key, digest, hashlib.sha256).hexdigest()[:DIGEST_HEX] for digest in record_digests}
     return sorted(keyed)
+
+
+def ensure_a_group_row() -> None:
+    """Outside any transaction, before an upload's: make sure there is a group row to lock.
+
+    On an empty table ``lock_all_groups`` would lock nothing, and the node's first two uploads
+    could miss each other's records; an empty group with a fixed id (never any dataset's, since
+    new groups are created empty and only joined) gives them a row to queue on.
+    """
+    if not BudgetGroup.objects.exists():
+        try:
+            BudgetGroup.objects.get_or_create(pk=LOCK_GROUP_ID)
+        except IntegrityError:  # a concurrent upload created it first
+            pass
 
 
 def lock_all_groups() -> None:

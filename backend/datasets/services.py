@@ -137,6 +137,7 @@ def _refuse_registered_records(canonical) -> None:
 
 
 def _save_dataset(upload, canonical, reference, registration, owner, digests) -> Dataset:
+    overlap.ensure_a_group_row()
     try:
         with transaction.atomic():
             overlap.lock_all_groups()

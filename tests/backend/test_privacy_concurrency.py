@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 from django.db import OperationalError, connection
 
@@ -91,3 +92,54 @@ def test_racing_charges_on_two_members_of_one_group_pass_the_cap_once():
     assert sorted(outcomes) == ["charged"] + ["refused"] * (RACERS - 1)
     assert PrivacyRelease.objects.count() == 1
     assert budget.budget_summary(members[1])["epsilon_reserved"] == pytest.approx(_epsilon(1))
+
+
+def _overlapping_uploads() -> list:
+    import io
+
+    from backend.datasets import services
+
+    rng = np.random.default_rng(21)
+    x, y = rng.random((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+    uploads = []
+    for name, rows in (("first", slice(0, 20)), ("second", slice(10, 30))):  # 10 records in common
+        buffer = io.BytesIO()
+        np.savez(buffer, x=x[rows], y=y[rows])
+        uploads.append(
+            services.Upload(name=name, format="npz", data=buffer.getvalue(), epsilon_cap=5.0, delta=1e-3)
+        )
+    return uploads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_first_two_uploads_racing_with_shared_records_end_in_one_budget_group():
+    from backend.datasets import services
+
+    assert not BudgetGroup.objects.exists()  # a fresh node: no group row to queue on yet
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def upload(one) -> None:
+        try:
+            barrier.wait()
+            for _ in range(500):
+                try:
+                    services.create_dataset(one)
+                    return
+                except OperationalError as exc:  # the in-memory SQLite's table lock, as above
+                    if connection.vendor != "sqlite" or "locked" not in str(exc):
+                        raise
+                    time.sleep(0.01)
+        except BaseException as exc:  # noqa: BLE001 (reported by the assertion below)
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=upload, args=(one,)) for one in _overlapping_uploads()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    groups = set(Dataset.objects.values_list("budget_group_id", flat=True))
+    assert Dataset.objects.count() == 2 and len(groups) == 1 and None not in groups
