@@ -93,6 +93,7 @@ try {
   check(failures, (await page.locator('[data-test=budget-bar-spent]').getAttribute('style')).includes('31.3'), 'the budget bar is not drawn to scale')
   check(failures, (await page.locator('[data-test=budget-spends]').innerText()).includes('2.445'), 'the jobs that spent the budget are missing')
   check(failures, (await page.locator('[data-test=budget-explanation]').innerText()).includes('add up to 4.912'), "the composed total is not explained")
+  check(failures, (await page.locator('[data-test=budget-group]').innerText()).includes('dataset 4'), 'the datasets sharing the budget are not named')
   // Revoking asks first; "Keep access" changes nothing, "Revoke" revokes.
   await page.locator('[data-test=revoke-grant]').click()
   await page.locator('.el-message-box').waitFor({ timeout: 5000 })
@@ -103,6 +104,7 @@ try {
   await page.locator('.el-message-box button', { hasText: 'Revoke' }).click()
   await page.locator('[data-test=grant-state]', { hasText: 'revoked' }).waitFor({ timeout: 10000 })
   check(failures, revoked, 'the grant was not revoked after confirming')
+  await page.locator('.el-message-box').waitFor({ state: 'hidden', timeout: 5000 }).catch(() => {})
   await shots.shot(page, 'mocked-dataset')
 
   current = 'models page'
