@@ -121,9 +121,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="federated rounds per run (default 8)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per cell, averaged (default 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the box is shared)")
+    parser.add_argument(
+        "--honest-scoring", action="store_true", help="seated attackers score honestly (no collusion)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "robustness.png")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.honest_scoring:
+        for defense in COMMITTEE_DEFENSES:
+            DEFENSES[defense]["collude"] = False
     splits = load_dataset("mnist", seed=0)
     test = (splits, create_model("mlp", seed=0, **splits.model_kwargs()))
     started = time.perf_counter()
@@ -181,6 +187,7 @@ def main() -> None:
                 "rounds": args.rounds,
                 "seeds": args.seeds,
                 "dp": False,
+                "collude": not args.honest_scoring,
                 "runs": len(rows),
                 "seconds": round(seconds, 1),
             },
