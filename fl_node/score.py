@@ -37,6 +37,8 @@ from fl_node.secure_random import NoiseSource, SecureRandom
 METRICS = ("accuracy", "likelihood")
 # Per-record cross-entropy is clipped to this before it is summed: the sum's sensitivity.
 LOSS_CLIP = 10.0
+# The least a well-formed update's noisy score can be: one basis point.
+NOISY_FLOOR = 1e-4
 
 
 def _as_update(update: bytes | Update, global_state: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
@@ -80,10 +82,11 @@ def evaluate(
     noise_multiplier: float | None = None,
     randomness: NoiseSource | None = None,
 ) -> float:
-    """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if outputs are non-finite.
+    """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if an output is non-finite.
 
     With ``noise_multiplier`` the statistic is released with Gaussian noise (see the module
-    docstring); the value is then clamped to its range.
+    docstring) and clamped to its range; a non-finite output then counts as a wrong record
+    (or the clipped loss) rather than deciding the whole score.
     """
     model.eval()
     correct = 0
@@ -91,13 +94,20 @@ def evaluate(
     for start in range(0, len(x_val), batch_size):
         logits = model(x_val[start : start + batch_size])
         targets = y_val[start : start + batch_size]
-        if not bool(torch.isfinite(logits).all()):
+        finite = torch.isfinite(logits).all(dim=1)
+        if not noise_multiplier and not bool(finite.all()):
             return 0.0
+        # Under noise, whether a record's output is finite is a property of the record: it
+        # must not decide the whole score. A non-finite output counts as wrong (or as the
+        # clipped loss), inside the noisy statistic's sensitivity.
         if metric == "accuracy":
-            correct += int((logits.argmax(dim=1) == targets).sum())
+            correct += int(((logits.argmax(dim=1) == targets) & finite).sum())
         else:
             losses = nn.functional.cross_entropy(logits, targets, reduction="none")
-            loss_sum += float(losses.clamp(0.0, LOSS_CLIP).sum()) if noise_multiplier else float(losses.sum())
+            if noise_multiplier:
+                usable = finite & torch.isfinite(losses)
+                losses = torch.where(usable, losses.clamp(0.0, LOSS_CLIP), torch.full_like(losses, LOSS_CLIP))
+            loss_sum += float(losses.sum())
     n = len(x_val)
     if noise_multiplier:
         source = randomness if randomness is not None else SecureRandom()
@@ -153,7 +163,13 @@ def score_update(
         noise_multiplier=noise_multiplier,
         randomness=randomness,
     )
-    return min(1.0, max(0.0, value)) if value == value else 0.0
+    value = min(1.0, max(0.0, value)) if value == value else 0.0
+    if noise_multiplier:
+        # 0 means "malformed" on chain (and is rejected); noise alone must not make a
+        # well-formed update look malformed. Well-formedness was decided above from the update
+        # alone, not from the records, so the floor is post-processing of the noisy release.
+        value = max(value, NOISY_FLOOR)
+    return value
 
 
 def score_update_int(

@@ -139,3 +139,43 @@ def test_text_model_update_with_sparse_embedding_rows():
     assert len(data) < 0.2 * 200 * 8 * 4 + 2000  # the embedding travels as sparse rows
     assert score_update(model, global_state, data, x_val, y_val) == 1.0
     assert score_update(model, global_state, good, x_val, y_val) == 1.0
+
+
+def test_noisy_scores_are_private_releases_around_the_exact_score(setup):
+    """With a noise multiplier a score is a noisy count: it varies, centred on the exact one."""
+    model, global_state, good, x_val, y_val = setup
+    exact = score_update(model, global_state, good, x_val, y_val)
+    noisy = [score_update(model, global_state, good, x_val, y_val, noise_multiplier=8.0) for _ in range(200)]
+    below = [v for v in noisy if v < 1.0]  # a count noised past 200 of 200 is clamped to 1.0
+    assert len(set(below)) > 20
+    assert min(noisy) < exact - 0.02
+    # The count's noise has std 8 records out of 200: 0.04 on the score.
+    assert all(abs(v - exact) < 6 * 0.04 for v in noisy)
+
+
+def test_noise_never_makes_a_well_formed_update_look_malformed(setup):
+    """0 on chain means malformed: a noisy score of a well-formed update is at least 1 bp."""
+    model, global_state, good, x_val, y_val = setup
+    bad = {name: -30 * value for name, value in good.items()}
+    scores = [
+        score_update_int(model, global_state, bad, x_val, y_val, noise_multiplier=200.0) for _ in range(50)
+    ]
+    assert min(scores) >= 1
+    assert score_update_int(model, global_state, b"garbage", x_val, y_val, noise_multiplier=200.0) == 0
+
+
+def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score(setup):
+    """Attack class: a crafted update whose outputs are non-finite only on some inputs.
+
+    Without noise such a model scores 0 (an exact, public test of whether such an input is in
+    the validation set); under noise the record just counts as wrong.
+    """
+    model, global_state, good, x_val, y_val = setup
+    poisoned = dict(good)
+    weight = global_state["embedding.weight"] + good["embedding.weight"]
+    poisoned["embedding.weight"] = good["embedding.weight"].clone()
+    # Token 3's row becomes huge but finite: the model is well-formed, its logits overflow on 3.
+    poisoned["embedding.weight"][3] = 3e38 - weight[3]
+    assert score_update(model, global_state, poisoned, x_val, y_val) == 0.0
+    noisy = score_update(model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0)
+    assert noisy > 0.5
