@@ -124,12 +124,22 @@ def main() -> None:
     parser.add_argument(
         "--honest-scoring", action="store_true", help="seated attackers score honestly (no collusion)"
     )
+    parser.add_argument(
+        "--norm-bound", type=float, default=COMMITTEE["norm_bound"], help="the job's update norm bound"
+    )
+    parser.add_argument(
+        "--committee-draw",
+        choices=("rank", "random"),
+        default="rank",
+        help="rank: the contract's rule (best-ranked trainers); random: drawn each round (a what-if)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "robustness.png")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.honest_scoring:
-        for defense in COMMITTEE_DEFENSES:
-            DEFENSES[defense]["collude"] = False
+    for defense in COMMITTEE_DEFENSES:
+        DEFENSES[defense]["collude"] = not args.honest_scoring
+        DEFENSES[defense]["norm_bound"] = args.norm_bound
+        DEFENSES[defense]["committee_draw"] = args.committee_draw
     splits = load_dataset("mnist", seed=0)
     test = (splits, create_model("mlp", seed=0, **splits.model_kwargs()))
     started = time.perf_counter()
@@ -188,6 +198,8 @@ def main() -> None:
                 "seeds": args.seeds,
                 "dp": False,
                 "collude": not args.honest_scoring,
+                "norm_bound": args.norm_bound,
+                "committee_draw": args.committee_draw,
                 "runs": len(rows),
                 "seconds": round(seconds, 1),
             },

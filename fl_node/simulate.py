@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
 from fl_node.aggregate import WeightedUpdate
@@ -70,6 +71,9 @@ class SimulationConfig:
     norm_bound: float | None = None  # an update above this L2 norm scores 0 from honest members
     margin: int | None = None  # None: accept a median above 0; n: beat the base model's median by n
     collude: bool = False  # attackers on the committee score accomplices MAX_SCORE, the others 0
+    # "rank": the first committee is nodes 0..committee-1, then the best-ranked trainers (the contract's
+    # rule); "random": every committee is drawn uniformly (seeded) from the round's eligible nodes.
+    committee_draw: str = "rank"
 
     def __post_init__(self) -> None:
         SparsePolicy(encoding=self.update_encoding)  # validates early
@@ -93,6 +97,8 @@ class SimulationConfig:
             raise ValueError(f"norm_bound must be a positive number, got {self.norm_bound}")
         if self.margin is not None and not 0 <= self.margin <= MAX_SCORE:
             raise ValueError(f"margin must be in [0, {MAX_SCORE}], got {self.margin}")
+        if self.committee_draw not in ("rank", "random"):
+            raise ValueError(f"committee_draw must be 'rank' or 'random', got {self.committee_draw!r}")
         parse_attack_spec(self.attack)  # validates early
         get_strategy(self.strategy, **dict(self.strategy_params))
 
@@ -331,6 +337,8 @@ def run_simulation(
     policy = SparsePolicy(encoding=config.update_encoding)
     server_state = None
     committee = [p.address for p in participants[: config.committee]]
+    if config.committee_draw == "random":
+        committee = _draw(config, [p.address for p in participants], 0)
     test_x, test_y = splits.test.tensors()
     records: list[RoundRecord] = []
     for round_index in range(config.rounds):
@@ -383,6 +391,10 @@ def run_simulation(
             )
             for a in outcome.accepted
         ]
+        if config.consensus:
+            # Every honest node enforces the norm bound again when it aggregates: colluding members
+            # can carry an update through the median, not past this check.
+            accepted = [u for u in accepted if within_norm_bound(u.update, config.norm_bound)]
         if accepted:
             global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
         model.load_state_dict(global_state)
@@ -416,6 +428,12 @@ def run_simulation(
         if on_round:
             on_round(record)
         committee = outcome.next_committee
+        if config.committee_draw == "random" and config.consensus:
+            # From the round's trainers (committee members do not sit twice in a row), as the rank rule.
+            eligible = [t.address for t in trainers if t.address in outcome.medians]
+            committee = (
+                _draw(config, eligible, round_index + 1) if len(eligible) >= config.committee else committee
+            )
     attackers = sorted(p.index for p in participants if p.attack)
     return SimulationResult(
         config=config,
@@ -424,6 +442,12 @@ def run_simulation(
         histories=[p.history for p in participants],
         final_state=global_state,
     )
+
+
+def _draw(config: SimulationConfig, eligible: list[str], round_index: int) -> list[str]:
+    """A committee drawn uniformly from ``eligible``, seeded by the run and the round."""
+    rng = np.random.default_rng([config.seed, round_index, 0xC0])
+    return [eligible[i] for i in rng.choice(len(eligible), size=config.committee, replace=False)]
 
 
 def _copied_blob(encoded: dict[str, tuple[bytes, int]], by_address: dict[str, Participant]) -> bytes:

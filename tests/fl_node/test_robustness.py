@@ -16,7 +16,7 @@ from fl_node.robust import (
     update_norm,
     within_norm_bound,
 )
-from fl_node.simulate import SimulationConfig, run_simulation
+from fl_node.simulate import SimulationConfig, prepared_model_and_data, run_simulation
 
 
 def test_update_norm_is_the_l2_norm_of_float_tensors_and_inf_when_not_finite():
@@ -112,3 +112,21 @@ def test_one_colluder_on_a_committee_of_three_cannot_carry_its_accomplice():
     accomplice = next(u for u in first.updates if u.trainer == 4)
     assert not accomplice.accepted and accomplice.median < MAX_SCORE
     assert [u.trainer for u in first.updates if u.accepted] != [4]
+
+
+def test_a_captured_committee_carries_noise_through_the_median_but_not_past_the_aggregation_bound():
+    # seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains and sends noise.
+    common = dict(attack="gaussian:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1)
+    bounded = _run(**common, norm_bound=1.0)
+    assert bounded.attackers == [0, 1, 5]
+    noise = next(u for u in bounded.rounds[0].updates if u.trainer == 5)
+    assert noise.accepted and noise.median == MAX_SCORE  # the colluding majority carried it
+    unbounded = _run(**common)
+    _, first_model = prepared_model_and_data("digits", "mlp", seed=1)
+    untouched = first_model.state_dict()
+    # The honest trainers got 0 from the colluders, so the noise was all that was accepted: the bound
+    # at aggregation drops it and the model stays; without a bound the noise is the new model.
+    assert all(not u.accepted for u in bounded.rounds[0].updates if not u.attacker)
+    for name, value in untouched.items():
+        assert torch.equal(bounded.final_state[name], value)
+    assert any(not torch.equal(unbounded.final_state[n], v) for n, v in untouched.items())
