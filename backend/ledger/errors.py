@@ -167,10 +167,6 @@ class DuplicateUpdate(ContractRevert):
     """This trainer submitted an update in this round already."""
 
 
-class DuplicateContent(ContractRevert):
-    """Another trainer submitted an update with this content hash in this round (a copy)."""
-
-
 class NotCommitteeMember(ContractRevert):
     """The sender is not on the committee for this step."""
 
@@ -295,7 +291,6 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "WrongPhase": WrongPhase,
     "CommitteeCannotTrain": CommitteeCannotTrain,
     "DuplicateUpdate": DuplicateUpdate,
-    "DuplicateContent": DuplicateContent,
     "NotCommitteeMember": NotCommitteeMember,
     "DuplicateScores": DuplicateScores,
     "UnknownUpdate": UnknownUpdate,

@@ -32,7 +32,6 @@ error WrongRound(uint16 current, uint16 given);
 error WrongPhase(uint256 jobId);
 error CommitteeCannotTrain(address account);
 error DuplicateUpdate(address trainer);
-error DuplicateContent(bytes32 contentHash, address first); // another trainer submitted it this round
 error NotCommitteeMember(address account);
 error DuplicateScores(address member);
 error UnknownUpdate(address trainer);

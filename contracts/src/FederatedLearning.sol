@@ -125,9 +125,6 @@ contract FederatedLearning {
     mapping(uint256 => mapping(uint256 => address)) private _trainerAt; // job => (round << 16 | index)
     mapping(uint256 => mapping(uint256 => uint256)) private _scores; // same key; 16 bits per seat
     mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash)
-    // keccak(job, round, contentHash) => the trainer that submitted it first: a content hash counts
-    // once per round, so a copier of another's update (visible in its event) gets nothing.
-    mapping(bytes32 => address) private _contentOwner;
 
     event JobProposed(uint256 indexed jobId, address indexed proposer, JobSpec spec);
     event ParticipantJoined(uint256 indexed jobId, address indexed node, uint256 datasetId, uint16 index);
@@ -282,10 +279,6 @@ contract FederatedLearning {
         if (samples > p.samples) revert SamplesAboveDataset(samples, p.samples);
         // One slot read each: both live in slots this call reads anyway.
         if (job.maxSpendPerRound != 0 && p.spendRound != round) revert SpendMissing(jobId, round, msg.sender);
-        bytes32 contentKey = keccak256(abi.encode(jobId, round, contentHash));
-        address first = _contentOwner[contentKey];
-        if (first != address(0)) revert DuplicateContent(contentHash, first);
-        _contentOwner[contentKey] = msg.sender;
         uint16 index = job.updateCount++;
         p.updateRound = round;
         p.updateIndex = index;
