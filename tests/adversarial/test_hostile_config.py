@@ -209,3 +209,23 @@ def _recording(function, calls: list):
         return result
 
     return wrapper
+
+
+def test_an_oversized_config_reference_is_declined_for_good(federation, monkeypatch):
+    """Attack class: resource exhaustion through the config reference itself (a blob far past the
+    64 KiB a config may be). The honest node refuses it from the root chunk, declines the job and
+    never fetches that reference again (it names immutable bytes)."""
+    honest, hostile, datasets = federation
+    oversized = blobs.put(hostile.ctx, b"{" + b" " * (256 * 1024) + b"}")
+    job_id = _propose(hostile, _config(datasets[0].schema_hash), config_hash=bytes.fromhex(oversized))
+    chain.sync_mirror(honest.ctx)
+
+    fetched = []
+    monkeypatch.setattr(blobs, "get", _recording(blobs.get, fetched))
+    agent.discover_configs(honest.ctx)
+    assert "configuration reference is unusable" in agent._declined.get(job_id, "")
+    assert not JobRecord.objects.filter(onchain_id=job_id).exists()
+    agent._discovery_attempts.clear()  # even once the retry interval passed
+    before = len(fetched)
+    agent.discover_configs(honest.ctx)
+    assert len(fetched) == before

@@ -21,6 +21,7 @@ from backend.jobs.remote_config import RemoteConfigRejected
 from backend.ledger import models as mirror
 from backend.ledger.heads import Head, HeadWatcher
 from backend.ledger.models import ChainEvent
+from backend.swarm.errors import BlobTooLarge, InvalidTree
 
 logger = logging.getLogger(__name__)
 _discovery_attempts: dict[int, float] = {}
@@ -104,6 +105,11 @@ def discover_configs(ctx) -> None:
         except RemoteConfigRejected as exc:  # the same config gives the same verdict: not retried
             _declined[job.job_id] = exc.reason
             logger.warning("%s", exc)
+        except (BlobTooLarge, InvalidTree) as exc:
+            # A reference names immutable bytes: a tree past the config bound (a span bomb) or
+            # malformed stays so. Declined for good, not fetched again every retry.
+            _declined[job.job_id] = f"the configuration reference is unusable: {exc}"
+            logger.warning("declining job %s: %s", job.job_id, _declined[job.job_id])
         except Exception as exc:  # not replicated to us yet, or unusable: retried later
             logger.warning("cannot fetch the configuration of job %s: %s", job.job_id, exc)
 
