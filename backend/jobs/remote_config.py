@@ -255,17 +255,15 @@ def _check_spec(job, config: JobConfig, now: int | None) -> None:
             f"its config says {name} {in_config} where the on-chain job spec says {on_chain}",
         )
     _require(not job.use_blocks, "its on-chain deadlines count blocks, but its config counts seconds")
-    # The per-release privacy bound, where the chain and the mirror carry it (jobs.chain computes it).
-    from backend.jobs import chain
+    # The per-release privacy bound the chain enforces must be the one the config's DP implies.
+    from backend.jobs.chain import planned_spend_bound
 
-    on_chain_spend = getattr(job, "max_spend_per_round", None)
-    planned_spend = getattr(chain, "planned_spend_bound", None)
-    if on_chain_spend is not None and planned_spend is not None:
-        _require(
-            on_chain_spend == planned_spend(config),
-            f"its on-chain max_spend_per_round {on_chain_spend} differs from the {planned_spend(config)} "
-            "its privacy settings give",
-        )
+    planned = planned_spend_bound(config)
+    _require(
+        job.max_spend_per_round == planned,
+        f"its on-chain max_spend_per_round {job.max_spend_per_round} differs from the {planned} "
+        "its privacy settings give",
+    )
     if now is not None:
         _require(
             job.join_deadline <= now + config.join_timeout_s + JOIN_DEADLINE_SLACK_S,

@@ -157,6 +157,8 @@ class Job(models.Model):
     join_deadline = Uint256Field()
     train_period = Uint256Field()
     score_period = Uint256Field()
+    # The job's planned bound on one privacy spend (micro-epsilon; 0: a job without DP).
+    max_spend_per_round = Uint256Field(default=0)
     status = models.CharField(max_length=10, choices=Status.choices)
     current_round = models.PositiveIntegerField(default=0)
     model_hash = models.CharField(max_length=HASH, blank=True)

@@ -150,6 +150,7 @@ def job_proposed(e: DecodedEvent) -> None:
             join_deadline=s["joinDeadline"],
             train_period=s["trainPeriod"],
             score_period=s["scorePeriod"],
+            max_spend_per_round=s.get("maxSpendPerRound", 0),
             status=Job.Status.OPEN,
             model_hash=s["initialModelHash"],
             proposed_block=e.block_number,

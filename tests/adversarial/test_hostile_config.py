@@ -138,6 +138,9 @@ ATTACKS = {
         {},
         "is not a number, a flag or a short text",
     ),
+    # attack class: a privacy bound the chain would enforce that the config's DP does not imply
+    # (a spend far above what the job planned would pass the chain's check)
+    "spend_bound_inflated": ({}, {"max_spend_per_round": 90_000_000}, "max_spend_per_round"),
     # attack class: oversized strings that the node would store (its name column holds 200)
     "long_name": ({"name": "n" * 5000}, {}, "its name is longer than 200 characters"),
 }
