@@ -28,8 +28,9 @@ class DatasetUploadSerializer(serializers.Serializer):
     public_holdout = serializers.BooleanField(
         required=False,
         default=False,
-        help_text="declare (on chain) that committee scores on this dataset's hold-out splits may be "
-        "released exactly: no noise and no charge, so those records get no privacy from the scores",
+        help_text="declare (on chain) that committee scores on this dataset's hold-out may be released "
+        "exactly: no noise and no charge. The hold-out is one fixed 20% of the records for every job, "
+        "never trained on; those records get no privacy from the scores",
     )
 
     def validate_epsilon_cap(self, value: float) -> float:

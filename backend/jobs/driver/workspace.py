@@ -101,26 +101,40 @@ def spec_of(state) -> dict:
     return update_spec(state)
 
 
-def split_seed(content_hash: str, config: JobConfig) -> int:
-    """The validation split depends on the data and the job only, so a restarted node gets the same."""
-    digest = hashlib.sha256(f"{content_hash}:{config.seed}".encode()).digest()
+# The share of a public-hold-out dataset that is its (one, job-independent) hold-out.
+PUBLIC_HOLDOUT_FRACTION = 0.2
+
+
+def split_seed(content_hash: str, config: JobConfig | None) -> int:
+    """The validation split depends on the data and the job only, so a restarted node gets the same.
+
+    ``config`` None: the job-independent split of a public hold-out.
+    """
+    label = "public-holdout" if config is None else config.seed
+    digest = hashlib.sha256(f"{content_hash}:{label}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
 
 
 def local_split(dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]:
-    """(train, validation) parts of this node's dataset: a deterministic stratified split."""
+    """(train, validation) parts of this node's dataset: a deterministic stratified split.
+
+    A dataset that declared its hold-out public has ONE hold-out for every job (a fixed
+    fraction, seeded by its content alone): its exactly-scored records never change, and are
+    never trained on, so the records DP protects stay the same whatever jobs it joins.
+    """
     from backend.datasets.services import load_dataset_arrays
 
-    key = (dataset.content_hash, config.seed, config.val_fraction)
+    public = bool(getattr(dataset, "public_holdout", False))
+    fraction = PUBLIC_HOLDOUT_FRACTION if public else config.val_fraction
+    seed = split_seed(dataset.content_hash, None if public else config)
+    key = (dataset.content_hash, seed, fraction)
     cached = _splits.get(key)
     if cached is not None:
         return cached
     x, y = load_dataset_arrays(dataset)
     x = np.ascontiguousarray(x, dtype=np.float32)
     y = np.ascontiguousarray(y, dtype=np.int64)
-    train_idx, val_idx = stratified_split(
-        y, (1.0 - config.val_fraction, config.val_fraction), seed=split_seed(dataset.content_hash, config)
-    )
+    train_idx, val_idx = stratified_split(y, (1.0 - fraction, fraction), seed=seed)
     if len(val_idx) == 0 or len(train_idx) == 0:
         val_idx, train_idx = np.arange(min(1, len(y))), np.arange(min(1, len(y)), len(y))
     full = ArrayDataset(x, y)
