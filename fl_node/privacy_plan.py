@@ -132,8 +132,15 @@ def plan_privacy(
     clip_norm: float = 1.0,
     scores_per_round: int = 1,
     public_holdout: bool = False,
+    max_local_steps: int | None = None,
 ) -> PrivacyPlan:
-    """The plan of one participant with ``num_records`` records (``num_train`` of them trained on)."""
+    """The plan of one participant with ``num_records`` records (``num_train`` of them trained on).
+
+    ``max_local_steps`` (DP-SGD only) is the most steps a round may run when the work per round
+    varies (``fl_node.scheduler.AimdController``): the noise is calibrated for ``rounds x
+    max_local_steps`` so any chosen work stays within the target, and each round is charged for
+    the steps it actually ran (:func:`train_release`). None keeps the fixed work per round.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown DP mode {mode!r}; choose one of {MODES}")
     if rounds < 1:
@@ -149,6 +156,10 @@ def plan_privacy(
     check_delta(delta, num_records)
     if mode == "sgd":
         steps = steps_per_round(num_train, batch_size=batch_size, epochs=epochs, local_steps=local_steps)
+        if max_local_steps is not None:
+            if not isinstance(max_local_steps, int) or max_local_steps < 1:
+                raise ValueError(f"max_local_steps must be a positive integer, got {max_local_steps!r}")
+            steps = max_local_steps
         rate = min(batch_size / num_train, 1.0)
         sigma = calibrate_noise(
             target_epsilon=target_epsilon, delta=delta, sample_rate=rate, steps=rounds * steps
@@ -197,3 +208,20 @@ def dominating_score_noise(train: ReleasePlan, scores: int, *, rounds: int, delt
     # The float rounding of the bound must not flip it.
     assert scores * unit_rdp(std, 1.0)[index] <= train_curve[index]
     return std
+
+
+def train_release(plan: PrivacyPlan, steps: int) -> ReleasePlan | None:
+    """The charge of one training round that ran ``steps`` DP-SGD steps (variable work).
+
+    The plan's noise and rate with ``steps`` steps: more local work is charged more. Refuses
+    more steps than the plan was calibrated for (its ``train.steps``), which would break the
+    job's target. None for a plan without DP; the update mechanism's charge does not depend on
+    the steps (one release per round).
+    """
+    if plan.train is None:
+        return None
+    if plan.train.kind != "dp_sgd":
+        return plan.train
+    if not isinstance(steps, int) or not 1 <= steps <= plan.train.steps:
+        raise ValueError(f"steps must be an integer in [1, {plan.train.steps}] for this plan, got {steps!r}")
+    return ReleasePlan("dp_sgd", plan.train.noise_multiplier, plan.train.sample_rate, steps)
