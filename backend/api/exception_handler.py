@@ -3,11 +3,9 @@
 Every error body has ``detail`` (a sentence); validation errors also carry ``errors``
 ({field: [messages]}), as docs/API.md promises.
 
-Status: an error family says what it means in HTTP with a class attribute ``http_status``
-(backend.api.errors' DomainError family has ``status_code``). The ledger's and the swarm's
-families are plain-Python clients that need not know DRF; until each of their classes carries
-``http_status``, they are mapped by the names along their MRO (so that this module imports
-neither web3 nor the chunk store).
+Status: an error family says what it means in HTTP on the family itself: the ledger's and the
+swarm's exceptions carry ``http_status`` (a plain int, so neither needs DRF), the DomainError
+family ``status_code``, and the learning core's budget error is named here (fl_node knows no HTTP).
 
 Leaks: a response never carries a filesystem path, a URL (a peer's endpoint, the chain's RPC),
 a network address, SQL or a traceback, whoever asks: messages are scrubbed of them, and an
@@ -29,28 +27,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from backend.api.errors import DomainError, InvalidInput
+from fl_node.privacy import PrivacyBudgetExceeded
 
 logger = logging.getLogger(__name__)
-
-# Names along the MRO, for the families that do not carry ``http_status`` (yet).
-# "Cannot be served now" (unreachable chain or peers, chunks nobody returned, a ledger
-# that is not configured) is 503; a malformed reference is the caller's 400; a blob over
-# its bound is 413; everything else (a revert, a corrupt chunk) conflicts with the current
-# state: 409.
-_SERVICE_ERROR_BASES = {"LedgerError", "SwarmError"}
-_NAMED_STATUS = {
-    "ChainUnavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "LedgerConfigError": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "TransactionTimeout": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "SwarmUnavailable": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "PeerError": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "ChunkNotFound": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "NotEnoughReplicas": status.HTTP_503_SERVICE_UNAVAILABLE,
-    "InvalidReference": status.HTTP_400_BAD_REQUEST,
-    "BlobTooLarge": status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-    # The learning core's budget error, should one escape a service untranslated.
-    "PrivacyBudgetExceeded": status.HTTP_409_CONFLICT,
-}
 
 # What a message must not show. URLs first (they contain paths), then addresses, then paths.
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>)\]]+")
@@ -79,15 +58,11 @@ def _scrub_tree(value):
 
 
 def http_status_of(exc: Exception) -> int | None:
-    """The HTTP status an error family declares, or the name table's, or None (not ours)."""
-    declared = getattr(exc, "http_status", None)
+    """The HTTP status an error family declares, or None (not ours: a bug, a database error)."""
+    declared = getattr(type(exc), "http_status", None)
     if isinstance(declared, int):
         return declared
-    names = [klass.__name__ for klass in type(exc).__mro__]
-    for name in names:  # the most specific class first
-        if name in _NAMED_STATUS:
-            return _NAMED_STATUS[name]
-    if _SERVICE_ERROR_BASES.intersection(names):
+    if isinstance(exc, PrivacyBudgetExceeded):  # should one escape a service untranslated
         return status.HTTP_409_CONFLICT
     return None
 

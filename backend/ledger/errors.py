@@ -15,15 +15,26 @@ from .artifacts import all_artifacts
 
 
 class LedgerError(Exception):
-    """Anything that went wrong talking to the chain."""
+    """Anything that went wrong talking to the chain.
+
+    ``http_status``: what the error means to an API caller (a plain int: the ledger does not know
+    DRF; backend/api/exception_handler.py reads it). A revert conflicts with the chain's state
+    (409); a chain that cannot be reached or used now is 503.
+    """
+
+    http_status = 409
 
 
 class LedgerConfigError(LedgerError):
     """The ledger is not configured or its contracts are not deployed on this chain."""
 
+    http_status = 503
+
 
 class ChainUnavailable(LedgerError):
     """The chain's RPC endpoint could not be reached after all retries."""
+
+    http_status = 503
 
 
 class TransactionRejected(LedgerError):
@@ -36,6 +47,8 @@ class NonceConflict(TransactionRejected):
 
 class TransactionTimeout(LedgerError):
     """The transaction was sent but no receipt arrived in time."""
+
+    http_status = 503
 
 
 class ContractRevert(LedgerError):
@@ -167,6 +180,10 @@ class DuplicateUpdate(ContractRevert):
     """This trainer submitted an update in this round already."""
 
 
+class DuplicateContent(ContractRevert):
+    """Another trainer submitted an update with this content hash in this round already (a copy)."""
+
+
 class NotCommitteeMember(ContractRevert):
     """The sender is not on the committee for this step."""
 
@@ -291,6 +308,7 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "WrongPhase": WrongPhase,
     "CommitteeCannotTrain": CommitteeCannotTrain,
     "DuplicateUpdate": DuplicateUpdate,
+    "DuplicateContent": DuplicateContent,
     "NotCommitteeMember": NotCommitteeMember,
     "DuplicateScores": DuplicateScores,
     "UnknownUpdate": UnknownUpdate,

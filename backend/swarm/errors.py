@@ -1,4 +1,9 @@
-"""One exception family for the swarm store; the HTTP layer maps them to status codes in one place."""
+"""One exception family for the swarm store.
+
+Each class says what it means to an API caller in ``http_status`` (a plain int: the store does not
+know DRF); backend/api/exception_handler.py reads it. "Cannot be served now" is 503, a caller's
+malformed input 400, a blob over its bound 413, the rest conflicts with the stored state: 409.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,19 @@ from __future__ import annotations
 class SwarmError(Exception):
     """Base of every error the swarm store raises."""
 
+    http_status = 409
+
 
 class InvalidReference(SwarmError, ValueError):
     """A reference string is not 64 (plain) or 128 (encrypted) hex characters."""
 
+    http_status = 400
+
 
 class ChunkNotFound(SwarmError):
     """No reachable node returned a valid copy of a chunk."""
+
+    http_status = 503
 
     def __init__(self, address: bytes, detail: str = "") -> None:
         super().__init__(f"chunk {address.hex()} not found{': ' + detail if detail else ''}")
@@ -28,7 +39,9 @@ class CorruptChunk(SwarmError):
 
 
 class SwarmUnavailable(SwarmError):
-    """Not enough of the network answered (the API maps this family to 503)."""
+    """Not enough of the network answered."""
+
+    http_status = 503
 
 
 class NotEnoughReplicas(SwarmUnavailable):
@@ -49,6 +62,8 @@ class UnregisteredSigner(SignatureError):
 
 class BlobTooLarge(SwarmError):
     """A blob is larger than the reader accepts (refused from its root chunk, before its data)."""
+
+    http_status = 413
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"the blob is {size} bytes, more than the {limit} bytes this read accepts")
