@@ -185,7 +185,8 @@ class AimdConfig:
     """Bounds and gains of :class:`AimdController`.
 
     ``increase`` steps are added after a round that finished before ``(1 - headroom)`` of the
-    target; the work is multiplied by ``decrease`` after a round that ran past the target.
+    target (doubled instead while in slow start, before the first round that reached the
+    target); the work is multiplied by ``decrease`` after a round that ran past the target.
     The increase never jumps past what the measured step time predicts fits in the target,
     so a fast member reaches its share in a few rounds and then saws only slightly around it.
     """
@@ -230,6 +231,9 @@ class AimdController:
     def __init__(self, config: AimdConfig) -> None:
         self.config = config
         self.steps = config.base_steps
+        # TCP's slow start: double until the first round near or past the target, then
+        # additive increase; a member 4x faster than the deadline needs reaches it in 2 rounds.
+        self.slow_start = True
 
     def observe(self, *, steps: int, seconds: float, target_seconds: float) -> int:
         """Update from one round's measurement; returns the steps for the next round."""
@@ -243,11 +247,17 @@ class AimdController:
         step_time = seconds / steps
         if seconds > target_seconds:
             proposed = math.floor(self.steps * cfg.decrease)
+            self.slow_start = False
         elif seconds < (1 - cfg.headroom) * target_seconds:
-            predicted = math.floor((1 - cfg.headroom / 2) * target_seconds / step_time)
-            proposed = max(self.steps, min(self.steps + cfg.step_increase, predicted))
+            # The tiny slack keeps float rounding (1.95 / 0.05 = 38.999...) from losing a step.
+            predicted = math.floor((1 - cfg.headroom / 2) * target_seconds / step_time + 1e-9)
+            grown = 2 * self.steps if self.slow_start else self.steps + cfg.step_increase
+            proposed = max(self.steps, min(grown, predicted))
+            if grown >= predicted:
+                self.slow_start = False
         else:
             proposed = self.steps
+            self.slow_start = False
         self.steps = min(cfg.upper, max(cfg.min_steps, proposed))
         return self.steps
 
