@@ -21,5 +21,6 @@ urlpatterns = [
     path("peers", PeerListView.as_view(), name="peers"),
     path("events", EventListView.as_view(), name="events"),
     *router.urls,
+    path("", include("backend.cluster.urls")),  # workers, slots, tasks (backend/cluster)
     path("", include("backend.web.api_urls")),  # the dashboard's read models (backend/web)
 ]

@@ -257,3 +257,15 @@ STATICFILES_DIRS = [DEFL_FRONTEND_DIST] if DEFL_FRONTEND_DIST.is_dir() else []
 WHITENOISE_USE_FINDERS = True
 # Vite's assets carry a content hash in their name: cache them forever.
 WHITENOISE_IMMUTABLE_FILE_TEST = r"^/static/assets/.+-[0-9A-Za-z_-]{8}\.\w+$"
+
+# --- Cluster (backend/cluster): workers, their device slots, local tasks (README "Cluster") ---
+INSTALLED_APPS += ["backend.cluster"]
+# CPU cores a worker lends to tasks (0: the cores this process may run on); GPUs torch sees.
+DEFL_CLUSTER_CPU_CORES = env_int("DEFL_CLUSTER_CPU_CORES", 0)
+DEFL_CLUSTER_USE_GPU = env_bool("DEFL_CLUSTER_USE_GPU", True)
+# Heartbeat period; a worker silent for the timeout gets no new task.
+DEFL_CLUSTER_HEARTBEAT_S = float(env("DEFL_CLUSTER_HEARTBEAT_S", "10"))
+DEFL_CLUSTER_WORKER_TIMEOUT_S = float(env("DEFL_CLUSTER_WORKER_TIMEOUT_S", "60"))
+# Attempts of a local task, and the back-off before attempt n+1: base * 2^(n-1) seconds (cap 300).
+DEFL_CLUSTER_MAX_ATTEMPTS = env_int("DEFL_CLUSTER_MAX_ATTEMPTS", 3)
+DEFL_CLUSTER_RETRY_BASE_S = float(env("DEFL_CLUSTER_RETRY_BASE_S", "2"))

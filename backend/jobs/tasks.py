@@ -6,9 +6,11 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_ready
+from celery.utils.nodenames import worker_direct
 from django.conf import settings
 from django.db import close_old_connections
 
+from backend.cluster import runner as cluster_runner
 from backend.jobs.context import current_node
 from backend.jobs.driver import actions, priority, warmup
 from backend.jobs.driver.planner import Due
@@ -21,7 +23,16 @@ BACKGROUND = (RoundAction.Kind.REGISTER, RoundAction.Kind.MEASURE)
 
 @shared_task(name="jobs.run_action", ignore_result=True)
 def run_action(job_id: int, round_: int, kind: str) -> str:
-    outcome = actions.run(current_node(), Due(job_id, round_, kind))
+    due, ctx = Due(job_id, round_, kind), current_node()
+    if kind == RoundAction.Kind.TRAIN and _closed_training(ctx, due):
+        return "skipped"
+    outcome = actions.run(ctx, due)
+    if outcome is None and kind == RoundAction.Kind.TRAIN:
+        # Not this worker's to run (another has it, or it is done): give back the share of a
+        # slot it was routed with, so the slot does not look busy for nothing.
+        task = cluster_runner.enqueue(job_id, round_, node=ctx.address)
+        if task.state == task.State.QUEUED:
+            cluster_runner.placement.release(task)
     return "skipped" if outcome is None else outcome.detail
 
 
@@ -41,7 +52,36 @@ def dispatch(due: Due) -> None:
         ctx = current_node()
         priority.low_priority("register", REGISTER_NICE).submit(_run_in_background, ctx, due)
         return
+    if due.kind == RoundAction.Kind.TRAIN:
+        _dispatch_training(current_node(), due)
+        return
     run_action.delay(due.job_id, due.round, due.kind)
+
+
+def _dispatch_training(ctx, due: Due) -> None:
+    """A round's local training is a cluster task: queued with its job's priority and, with a
+    broker, placed on the live worker with the most free capacity and sent to that worker."""
+    task = cluster_runner.enqueue(due.job_id, due.round, node=ctx.address)
+    if _closed_training(ctx, due):
+        return
+    worker = None if settings.CELERY_TASK_ALWAYS_EAGER else cluster_runner.route(task)
+    if worker is not None and worker.queue:
+        run_action.apply_async((due.job_id, due.round, due.kind), queue=worker_direct(worker.queue))
+    else:
+        run_action.delay(due.job_id, due.round, due.kind)
+
+
+def _closed_training(ctx, due: Due) -> bool:
+    """An operator cancelled the round's training, or it ran out of attempts: the action ends
+    here, before anything is reserved or computed (the node sends no update for that round)."""
+    task = cluster_runner.closed(due.job_id, due.round, node=ctx.address)
+    if task is None:
+        return False
+    why = "cancelled by the operator" if task.state == task.State.CANCELLED else f"failed: {task.error}"
+    RoundAction.objects.filter(node=ctx.address, job_id=due.job_id, round=due.round, kind=due.kind).update(
+        state=RoundAction.State.DONE, detail=f"local training task {task.pk} {why}"[:2000]
+    )
+    return True
 
 
 def _run_in_background(ctx, due: Due) -> None:

@@ -1,0 +1,177 @@
+"""The TaskRunner on the real database: greedy placement, retries with back-off, cancel, logs, priority."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from backend.cluster import placement, registry, runner
+from backend.cluster.models import DeviceSlot, Task, Worker
+from fl_node.scheduler import TaskDemand
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ONE_CORE = TaskDemand(kind="cpu", cores=1)
+
+
+def _worker(settings, name: str, cores: int) -> Worker:
+    settings.DEFL_CLUSTER_CPU_CORES = cores
+    return registry.register(name, queue=name)
+
+
+def _cpu(worker: Worker) -> DeviceSlot:
+    return worker.slots.get(kind=DeviceSlot.Kind.CPU)
+
+
+def test_local_process_registers_as_one_worker_with_its_cores(settings):
+    import os
+
+    settings.DEFL_CLUSTER_CPU_CORES = 0
+    worker = registry.ensure_local()
+    assert worker.name == registry.local_name()
+    assert worker.queue == ""  # the in-process runner: no broker queue
+    slot = _cpu(worker)
+    assert slot.capacity == len(os.sched_getaffinity(0))
+    assert (slot.used, slot.running) == (0, 0)
+    assert registry.ensure_local().pk == worker.pk  # once per process
+
+
+def test_greedy_placement_takes_the_slot_with_most_free_capacity(settings):
+    small, big = _worker(settings, "w1@a", 2), _worker(settings, "w2@b", 4)
+    tasks = [runner.enqueue(7, r) for r in range(1, 8)]
+    placed = [placement.reserve(task, ONE_CORE) for task in tasks[:6]]
+    # Equal free fractions: the most free cores wins; 4 of 4 over 2 of 2, then 1.0 of w1 over 0.75.
+    assert [slot.worker.name for slot in placed] == ["w2@b", "w1@a", "w2@b", "w2@b", "w1@a", "w2@b"]
+    assert (_cpu(small).used, _cpu(big).used) == (2, 4)
+    assert placement.reserve(tasks[6], ONE_CORE) is None  # full: it waits in the queue
+    placement.release(tasks[0])
+    assert _cpu(big).used == 3
+    assert placement.reserve(tasks[6], ONE_CORE).worker.name == "w2@b"
+    placement.release(tasks[0])  # a second release gives back nothing more
+    assert _cpu(big).used == 4
+
+
+def test_a_silent_worker_gets_no_task(settings):
+    worker = _worker(settings, "w1@a", 2)
+    Worker.objects.filter(pk=worker.pk).update(last_heartbeat=timezone.now() - timedelta(seconds=120))
+    assert placement.reserve(runner.enqueue(7, 1), ONE_CORE) is None
+    registry.beat("w1@a")
+    assert placement.reserve(runner.enqueue(7, 1), ONE_CORE) is not None
+
+
+def test_a_run_records_placement_logs_and_timings(settings):
+    settings.DEFL_CLUSTER_CPU_CORES = 2
+
+    def work(x):
+        logging.getLogger("fl_node.train").warning("epoch 1 of job %s", x)
+        return x * 2
+
+    assert runner.run(11, 3, work, 21) == 42
+    task = Task.objects.get(job_id=11, round=3)
+    assert task.state == Task.State.SUCCEEDED and task.attempts == 1
+    assert task.worker.name == registry.local_name() and task.slot.kind == "cpu"
+    assert "epoch 1 of job 21" in task.log and "succeeded in" in task.log
+    assert task.duration_s is not None and task.duration_s >= 0 and task.finished_at >= task.started_at
+    assert (_cpu(task.worker).used, _cpu(task.worker).running) == (0, 0)  # its share given back
+
+
+def test_failed_attempts_back_off_then_succeed(settings):
+    settings.DEFL_CLUSTER_RETRY_BASE_S = 0.5
+    calls = []
+
+    def flaky():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("worker lost its dataset cache")
+        return "ok"
+
+    with pytest.raises(RuntimeError):
+        runner.run(12, 1, flaky)
+    task = Task.objects.get(job_id=12, round=1)
+    assert task.state == Task.State.QUEUED and task.attempts == 1
+    assert "RuntimeError: worker lost its dataset cache" in task.error
+    assert task.next_retry_at is not None
+    assert runner.run(12, 1, flaky) == "ok"  # waits out the back-off first
+    assert calls[1] - calls[0] >= 0.5 - 0.05
+    task.refresh_from_db()
+    assert task.state == Task.State.SUCCEEDED and task.attempts == 2
+    assert "retry in 0.5 s" in task.log
+    assert runner.backoff_s(1) == 0.5 and runner.backoff_s(3) == 2.0
+    assert runner.backoff_s(50) == runner.RETRY_CAP_S
+
+
+def test_gives_up_after_the_last_attempt_and_closes_the_task(settings):
+    settings.DEFL_CLUSTER_MAX_ATTEMPTS = 2
+    settings.DEFL_CLUSTER_RETRY_BASE_S = 0.01
+
+    def broken():
+        raise ValueError("bad shapes")
+
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            runner.run(13, 1, broken)
+    task = Task.objects.get(job_id=13, round=1)
+    assert task.state == Task.State.FAILED and task.attempts == 2 and "giving up" in task.log
+    assert runner.closed(13, 1) == task
+    with pytest.raises(runner.TaskGaveUp):
+        runner.run(13, 1, broken)
+
+
+def test_cancel_a_queued_task_runs_nothing(settings):
+    task = runner.enqueue(14, 1)
+    runner.cancel(task)
+    ran = []
+    with pytest.raises(runner.TaskCancelled):
+        runner.run(14, 1, ran.append, 1)
+    assert ran == []
+    task.refresh_from_db()
+    assert task.state == Task.State.CANCELLED and runner.closed(14, 1) == task
+    with pytest.raises(runner.NotCancellable):
+        runner.cancel(task)
+
+
+def test_cancel_while_running_discards_the_output(settings):
+    def work():
+        # The operator's cancel arrives while the attempt computes (another connection).
+        runner.cancel(Task.objects.get(job_id=15, round=1))
+        return "an update that must not leave the node"
+
+    with pytest.raises(runner.TaskCancelled):
+        runner.run(15, 1, work)
+    task = Task.objects.get(job_id=15, round=1)
+    assert task.state == Task.State.CANCELLED and "output" in task.log and "discarded" in task.log
+    assert _cpu(registry.ensure_local()).used == 0
+
+
+def test_priority_orders_the_queue_and_the_turns(settings):
+    worker = _worker(settings, "w1@a", 1)
+    low, high = runner.enqueue(20, 1), runner.enqueue(21, 1)
+    now = timezone.now()
+    Task.objects.filter(pk__in=[low.pk, high.pk]).update(worker=worker, polled_at=now)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert runner.queue_positions() == {low.pk: 1, high.pk: 2}  # same priority: first come
+    assert runner._my_turn(low, worker) and not runner._my_turn(high, worker)
+    assert runner.set_priority(21, 5) == 1
+    high.refresh_from_db()
+    assert high.priority == 5 and runner.queue_positions() == {high.pk: 1, low.pk: 2}
+    assert runner._my_turn(high, worker) and not runner._my_turn(low, worker)
+    assert runner.enqueue(21, 2).priority == 5  # the job's later tasks too
+    # A waiter whose process died (no poll for long) blocks no one.
+    Task.objects.filter(pk=high.pk).update(polled_at=now - timedelta(seconds=60))
+    assert runner._my_turn(low, worker)
+
+
+def test_log_is_bounded(settings):
+    from backend.cluster.models import LOG_LIMIT
+
+    def chatty():
+        for i in range(5000):
+            logging.getLogger("fl_node").warning("line %05d %s", i, "x" * 40)
+
+    runner.run(16, 1, chatty)
+    task = Task.objects.get(job_id=16, round=1)
+    assert len(task.log) <= LOG_LIMIT and task.log.endswith("s\n")
