@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from backend.cluster import runner as cluster_runner
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import aggregator, priority, state, timing, workspace
@@ -163,7 +164,10 @@ def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAct
     attack = get_attack(ctx.attack.split(":")[0]) if ctx.attack else None
     started = time.perf_counter()
     with timing.part(timing.TRAIN):
-        result = training_thread(ctx).submit(
+        # A cluster task (backend.cluster.runner): placed on a slot, retried, cancellable, logged.
+        result = cluster_runner.run(
+            job.job_id,
+            round_,
             local_round,
             config.build_model(),
             global_state,
@@ -173,8 +177,9 @@ def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAct
             mechanism=config.update_mechanism(plan),
             attack=attack,
             attack_seed=seed,
+            node=ctx.address,
+            nice=ctx.train_nice,
         )
-        result = result.result()
     work = time.perf_counter() - started
     blob = encode_for_job(result.update, global_state, config.sparse.policy())
     with timing.part(timing.PRIVACY):
