@@ -23,6 +23,7 @@ from fl_node.attacks import Attack
 from fl_node.data import ArrayDataset
 from fl_node.privacy import UpdateGaussianMechanism
 from fl_node.secure_random import NoiseSource, SecureRandom
+from fl_node.sparse import restrict_rows
 from fl_node.train import TrainConfig, train_local
 
 if TYPE_CHECKING:
@@ -46,8 +47,13 @@ def local_round(
     attack: Attack | None = None,
     attack_seed: int = 0,
     randomness: NoiseSource | None = None,
+    kept_rows: Mapping[str, torch.Tensor] | None = None,
 ) -> LocalUpdate:
-    """One participant's update for one round (see the module docstring)."""
+    """One participant's update for one round (see the module docstring).
+
+    ``kept_rows``: the public rows each sparse table keeps this round (fl_node.sparse.public_rows):
+    the update is projected onto them before the mechanism and its noise elsewhere zeroed after.
+    """
     source = randomness if randomness is not None else SecureRandom()
     if attack and attack.poison_data:
         data = attack.poison_data(data, num_classes)
@@ -56,8 +62,12 @@ def local_round(
     else:
         result = train_local(model, global_state, data, train_config, randomness=source)
         update = {k: v for k, v in result.update.items() if v.is_floating_point()}
+    if kept_rows:
+        update = restrict_rows(update, kept_rows)  # a public projection, before the clip
     if mechanism is not None:
         update = mechanism.privatize(update, randomness=source)
+        if kept_rows:
+            update = restrict_rows(update, kept_rows)  # post-processing: zero the noise off the rows
     if attack and attack.poison_update:
         update = attack.poison_update(update, torch.Generator().manual_seed(attack_seed))
     return LocalUpdate(update, len(data))

@@ -183,6 +183,7 @@ class MeanPoolTextClassifier(nn.Module):
         self.head = nn.Linear(embed_dim, num_classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.long()  # a node's stored datasets hold features as float32 (exact ids < 2**24)
         mask = (tokens != 0).unsqueeze(-1).to(self.head.weight.dtype)
         summed = (self.embedding(tokens) * mask).sum(dim=1)
         return self.head(summed / mask.sum(dim=1).clamp(min=1.0))

@@ -34,9 +34,17 @@ data touched would reveal which tokens the node holds, which is exactly what
 the noise is there to hide; dropping the noised rows would change the
 mechanism. We implement the sound option: the choice sees the full density
 and sends dense (a job may still pin ``"delta"``; that is lossless too and
-sends every noised row, at a few bytes more). Restricting noise to rows chosen
-by a data-independent public rule is the other sound design; DeFL does not
-implement it.
+sends every noised row, at a few bytes more).
+
+The other sound design, which a job opts into (``public_rows``): each round,
+every sparse table keeps only a *public* set of rows, drawn from the job's
+seed and the round number alone (the head of the frequency-sorted vocabulary
+plus a seeded draw from the rest), never from the data. The update is
+projected onto those rows before the mechanism clips it, and the noise on the
+other rows is set to zero after it: a data-independent projection followed by
+post-processing, so the release keeps its guarantee, and the delta array holds
+exactly the public rows. Rows outside the set are dropped openly, by a rule
+anyone can recompute, never because the data did not touch them.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -75,12 +83,18 @@ class SparsePolicy:
     cost; ``"dense"`` always sends dense (FedAvg's classic form); ``"delta"``
     sends every tensor of two or more dims as a delta array, however dense.
     ``link_bytes_per_s``: the bandwidth the cost model assumes for the bytes.
+    ``tables``: the names of the tensors that are sparse tables (candidates for a delta
+    array); every other tensor goes dense. None: every tensor of two or more dims.
     """
 
     encoding: str = "auto"
     link_bytes_per_s: float = DEFAULT_LINK_BYTES_PER_S
+    # The tensors that may go as delta arrays (the job's sparse tables); None: any of 2+ dims.
+    tables: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
+        if self.tables is not None:
+            object.__setattr__(self, "tables", frozenset(self.tables))
         if self.encoding not in ENCODINGS:
             raise ValueError(f"update encoding must be one of {', '.join(ENCODINGS)}, not {self.encoding!r}")
         link = self.link_bytes_per_s
@@ -179,7 +193,7 @@ def choose_encodings(
     """The encoding of each tensor of ``update`` (a delta against ``global_state``) under ``policy``.
 
     Tensors with fewer than two dims always go dense: an 8-byte row id per
-    4-byte value never pays.
+    4-byte value never pays; so do tensors the policy does not name as tables.
     """
     spec = update_spec(global_state)
     unknown = sorted(set(update) - set(spec))
@@ -197,7 +211,7 @@ def choose_encodings(
         numel = math.prod(shape)
         rows = shape[0] if shape else 1
         touched = _touched(value) if shape else int(bool(value.ne(0).any()))
-        if len(shape) < 2:
+        if len(shape) < 2 or (policy.tables is not None and name not in policy.tables):
             choices[name] = TensorChoice(name, "dense", rows, touched, numel * 4, 0)
             continue
         delta_bytes = touched * (math.prod(shape[1:]) * 4 + INDEX_BYTES)
@@ -228,6 +242,43 @@ def encode_with_policy(
 def encode_for_job(update: Update, global_state: Mapping[str, Tensor], policy: SparsePolicy) -> bytes:
     """The trainer's one call: the update's bytes under the job's policy."""
     return encode_with_policy(update, global_state, policy)[0]
+
+
+def public_rows(
+    shapes: Mapping[str, tuple[int, ...]], tables: Iterable[str], count: int, *, seed: int, round_: int
+) -> dict[str, Tensor]:
+    """The rows each table keeps in round ``round_`` under DP: a public rule, the same on every node.
+
+    Half the rows are the head of the table (ids 0..count/2-1: the most frequent tokens of a
+    frequency-sorted vocabulary), the rest a draw seeded by (seed, round, table) from the
+    remaining rows, so that over the rounds every row gets its turn. Depends on no data.
+    """
+    if count < 1:
+        raise ValueError("public_rows needs a positive count")
+    kept: dict[str, Tensor] = {}
+    for position, name in enumerate(sorted(tables)):
+        if name not in shapes or len(shapes[name]) < 2:
+            raise ValueError(f"sparse table {name!r} is not a tensor of 2+ dims of the model")
+        rows = int(shapes[name][0])
+        if count >= rows:
+            kept[name] = torch.arange(rows)
+            continue
+        head = count // 2
+        generator = torch.Generator().manual_seed((seed * 1_000_003 + round_) * 1009 + position)
+        tail = torch.randperm(rows - head, generator=generator)[: count - head] + head
+        kept[name] = torch.cat([torch.arange(head), tail.sort().values])
+    return kept
+
+
+def restrict_rows(update: Mapping[str, Tensor], kept: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``update`` with every row of each table outside its kept rows set to zero (others untouched)."""
+    out = dict(update)
+    for name, rows in kept.items():
+        if name in out:
+            mask = torch.zeros(out[name].shape[0], dtype=torch.bool)
+            mask[rows] = True
+            out[name] = out[name] * mask.view(-1, *([1] * (out[name].dim() - 1))).to(out[name].dtype)
+    return out
 
 
 def decoded_encodings(update: Mapping[str, Tensor | SparseRows]) -> dict[str, str]:

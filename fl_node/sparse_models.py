@@ -60,6 +60,7 @@ class NextTokenLM(nn.Module):
     def hidden_state(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.dim() != 2 or tokens.shape[1] != self.context:
             raise ValueError(f"lm takes (N, {self.context}) token ids, got {tuple(tokens.shape)}")
+        tokens = tokens.long()  # a node's stored datasets hold features as float32 (exact ids < 2**24)
         # (N, context) position ids: per-example DP-SGD engines need a batch dimension on every input.
         positions = torch.arange(self.context, device=tokens.device).expand(tokens.shape[0], -1)
         x = self.embedding(tokens) + self.position(positions)

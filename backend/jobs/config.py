@@ -16,13 +16,16 @@ from fl_node.aggregate import get_strategy
 from fl_node.models import available_models, create_model
 from fl_node.privacy import UpdateGaussianMechanism
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
-from fl_node.sparse import ENCODINGS, SparsePolicy
+from fl_node.sparse import ENCODINGS, SparsePolicy, public_rows
 from fl_node.train import TrainConfig
 
 VERSION = "defl-job/1"
 DP_MODES = ("none", "sgd", "update")
 SCORE_METRICS = ("accuracy", "likelihood")
 MAX_COMMITTEE = 16  # FederatedLearning.MAX_COMMITTEE
+MAX_SPARSE_TABLES = 64  # a model's tensors named as sparse tables
+MAX_TENSOR_NAME = 200
+MAX_PUBLIC_ROWS = 1 << 24
 
 
 class ConfigError(ValueError):
@@ -51,9 +54,22 @@ class SparseConfig:
 
     encoding: str = "auto"  # "auto": by measured density and cost each round; "dense"; "delta"
     link_mbit: float = 100.0  # the link the cost model assumes
+    # The sparse tables (tensor names) that may go as delta arrays; empty: any tensor of 2+ dims.
+    tables: tuple[str, ...] = ()
+    # Under DP, each table keeps this many public rows per round (fl_node.sparse.public_rows), so
+    # its noised update is a delta array of those rows; 0 keeps every noised row (dense).
+    public_rows: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tables, list):  # from JSON
+            object.__setattr__(self, "tables", tuple(self.tables))
 
     def policy(self) -> SparsePolicy:
-        return SparsePolicy(encoding=self.encoding, link_bytes_per_s=self.link_mbit * 125_000)
+        return SparsePolicy(
+            encoding=self.encoding,
+            link_bytes_per_s=self.link_mbit * 125_000,
+            tables=frozenset(self.tables) or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,22 @@ class JobConfig:
             "sparse.link_mbit",
             "must be a positive number of Mbit/s, at most 8e6",
         )
+        tables = self.sparse.tables
+        _check(
+            isinstance(tables, tuple)
+            and len(tables) <= MAX_SPARSE_TABLES
+            and all(isinstance(t, str) and 0 < len(t) <= MAX_TENSOR_NAME for t in tables)
+            and list(tables) == sorted(set(tables)),
+            "sparse.tables",
+            f"must be a sorted list of at most {MAX_SPARSE_TABLES} distinct tensor names",
+        )
+        public = self.sparse.public_rows
+        _check(
+            isinstance(public, int) and not isinstance(public, bool) and 0 <= public <= MAX_PUBLIC_ROWS,
+            "sparse.public_rows",
+            f"must be an integer in [0, {MAX_PUBLIC_ROWS}]",
+        )
+        _check(not public or tables, "sparse.public_rows", "needs sparse.tables: the tables it restricts")
         try:
             get_strategy(self.strategy, **self.strategy_params)
         except ValueError as exc:
@@ -132,6 +164,10 @@ class JobConfig:
         data = asdict(self)
         if self.sparse == SparseConfig():
             del data["sparse"]  # implied: configurations from before the field keep their bytes
+        else:
+            for later in ("tables", "public_rows"):  # likewise for the fields added later
+                if not data["sparse"][later]:
+                    del data["sparse"][later]
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
     @classmethod
@@ -139,7 +175,10 @@ class JobConfig:
         data = dict(data)
         data["input_shape"] = tuple(data["input_shape"])
         data["dp"] = DPConfig(**data.get("dp", {}))
-        data["sparse"] = SparseConfig(**data.get("sparse", {}))
+        sparse = data.get("sparse", {})
+        if not isinstance(sparse, dict):
+            raise TypeError("sparse must be a mapping")
+        data["sparse"] = SparseConfig(**sparse)
         return cls(**data)
 
     @classmethod
@@ -209,6 +248,13 @@ class JobConfig:
             rounds=self.rounds,
             seed=seed,
         )
+
+    def kept_rows(self, model_state, round_: int) -> dict | None:
+        """The public rows each sparse table keeps in ``round_`` (private jobs with public_rows only)."""
+        if not (self.dp.private and self.sparse.public_rows):
+            return None
+        shapes = {name: tuple(t.shape) for name, t in model_state.items()}
+        return public_rows(shapes, self.sparse.tables, self.sparse.public_rows, seed=self.seed, round_=round_)
 
     @staticmethod
     def update_mechanism(plan: PrivacyPlan) -> UpdateGaussianMechanism | None:

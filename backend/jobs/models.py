@@ -126,3 +126,35 @@ class RoundMetric(models.Model):
             models.UniqueConstraint(fields=["node", "job_id", "round"], name="jobs_one_metric_per_round")
         ]
         ordering = ["job_id", "round"]
+
+
+class UpdateEncoding(models.Model):
+    """How one tensor of one trainer's update travelled in one round (fl_node.sparse), as this node saw it.
+
+    Written by the trainer for its own update and by every node that aggregates the round, for
+    each accepted update it decoded: dense or a delta array, the fraction of rows it changed,
+    and its bytes against what the dense form takes.
+    """
+
+    class Encoding(models.TextChoices):
+        DENSE = "dense"
+        DELTA = "delta"
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = models.PositiveBigIntegerField()
+    round = models.PositiveIntegerField()
+    trainer = models.CharField(max_length=ADDRESS)
+    tensor = models.CharField(max_length=200)
+    encoding = models.CharField(max_length=5, choices=Encoding.choices)
+    density = models.FloatField(help_text="fraction of the tensor's rows (dim 0) the update changed")
+    bytes = models.PositiveBigIntegerField(help_text="the tensor's bytes in the update as sent")
+    dense_bytes = models.PositiveBigIntegerField(help_text="what the dense form takes")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "job_id", "round", "trainer", "tensor"], name="jobs_one_encoding"
+            )
+        ]
+        indexes = [models.Index(fields=["node", "job_id", "round"])]
+        ordering = ["job_id", "round", "trainer", "tensor"]

@@ -11,6 +11,7 @@ from collections import defaultdict
 from backend.datasets import budget
 from backend.datasets.chain import MICRO_EPSILON
 from backend.datasets.models import Dataset, PrivacyRelease
+from backend.jobs.encodings import round_encodings
 from backend.jobs.models import JobRecord, Membership, RoundAction, RoundMetric
 from backend.ledger import models as mirror
 
@@ -183,11 +184,13 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
     metrics = {m.round: m for m in RoundMetric.objects.filter(node=node, job_id=job.job_id)}
     timings = _timings(job.job_id, node)
     releases = _round_releases(job, node)
+    encodings = round_encodings(node, job.job_id)
     out = []
     for round_ in job.rounds_set.order_by("number"):
         number = round_.number
         fixed = models.get(number)
         metric = metrics.get(number)
+        sent = encodings.get(number, {"updates": {}, "tensors": {}})
         out.append(
             {
                 "round": number,
@@ -219,12 +222,14 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
                         "accepted": u.accepted,
                         "tx_hash": update_tx.get((number, u.trainer), ("", None))[0],
                         "block": update_tx.get((number, u.trainer), ("", None))[1],
+                        "encodings": sent["updates"].get(u.trainer.lower(), {}),
                     }
                     for u in job.updates.filter(round=number).order_by("index")
                 ],
                 "transactions": transactions.get(number, []),
                 "timings": timings.get(number, {}),
                 "privacy": releases.get(number, []),
+                "encodings": sent["tensors"],
             }
         )
     return out

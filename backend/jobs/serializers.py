@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from backend.jobs.config import DP_MODES
+from backend.jobs.config import DP_MODES, MAX_SPARSE_TABLES, MAX_TENSOR_NAME
 from fl_node.aggregate import available_strategies
 from fl_node.models import available_models
+from fl_node.sparse import ENCODINGS
 
 
 class DPSerializer(serializers.Serializer):
@@ -29,6 +30,38 @@ class DPSerializer(serializers.Serializer):
         return attrs
 
 
+class SparseSerializer(serializers.Serializer):
+    """How trainers encode updates (fl_node.sparse): per tensor and round, dense or a delta array."""
+
+    encoding = serializers.ChoiceField(
+        choices=ENCODINGS,
+        default="auto",
+        help_text="auto: per tensor and round by measured density and cost; dense; delta (every table)",
+    )
+    link_mbit = serializers.FloatField(
+        default=100.0, min_value=0.001, max_value=8e6, help_text="the link (Mbit/s) the cost model assumes"
+    )
+    tables = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_TENSOR_NAME),
+        max_length=MAX_SPARSE_TABLES,
+        required=False,
+        default=list,
+        help_text="tensor names that are sparse tables (may go as delta arrays); empty: any of 2+ dims",
+    )
+
+    public_rows = serializers.IntegerField(
+        min_value=0,
+        max_value=1 << 24,
+        default=0,
+        help_text="under DP: rows each table keeps per round by a public seeded rule (0: all, dense)",
+    )
+
+    def validate_tables(self, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise serializers.ValidationError("names a tensor twice")
+        return sorted(value)
+
+
 class JobCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     model = serializers.ChoiceField(choices=available_models())
@@ -43,6 +76,7 @@ class JobCreateSerializer(serializers.Serializer):
     strategy = serializers.ChoiceField(choices=available_strategies(), default="fedavg")
     strategy_params = serializers.DictField(required=False, default=dict)
     dp = DPSerializer()
+    sparse = SparseSerializer(required=False)
     committee_size = serializers.IntegerField(min_value=1, max_value=16)
     top_k = serializers.IntegerField(min_value=1, max_value=255)
     min_trainers = serializers.IntegerField(min_value=1, max_value=200)
@@ -155,3 +189,8 @@ class RoundSerializer(serializers.Serializer):
     transactions = serializers.ListField(child=serializers.DictField())
     timings = serializers.DictField()
     privacy = ReleaseRecordSerializer(many=True, help_text="this node's releases in this round")
+    encodings = serializers.DictField(
+        help_text="per tensor over the round's updates this node saw (its own, and those it aggregated): "
+        "how many came dense and as delta arrays (fl_node.sparse), their mean density, bytes and dense bytes; "
+        "each update's own per-tensor record is in updates[].encodings"
+    )

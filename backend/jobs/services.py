@@ -15,7 +15,7 @@ from backend.api.errors import Conflict, InvalidInput, NotFound
 from backend.datasets.budget import budget_ledger
 from backend.datasets.models import Dataset
 from backend.jobs import blobs, chain, remote_config
-from backend.jobs.config import ConfigError, DPConfig, JobConfig
+from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
 from backend.jobs.driver import workspace
 from backend.jobs.models import JobRecord, Membership
 from backend.ledger import models as mirror
@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 def build_config(request: dict, dataset: Dataset) -> JobConfig:
     """The job configuration of a create request; the schema comes from the proposer's dataset."""
     dp = dict(request.get("dp") or {"mode": "none"})
+    sparse = dict(request.get("sparse") or {})
+    if "tables" in sparse:
+        sparse["tables"] = tuple(sparse["tables"])
     try:
         config = JobConfig(
             name=request["name"],
@@ -46,6 +49,7 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
             strategy_params=request.get("strategy_params") or {},
             model_options=request.get("model_options") or {},
             dp=DPConfig(**dp),
+            sparse=SparseConfig(**sparse),
             committee_size=request["committee_size"],
             top_k=request["top_k"],
             min_trainers=request["min_trainers"],
@@ -58,11 +62,17 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
     except ConfigError as exc:
         raise InvalidInput(str(exc), field=exc.field) from None
     try:
-        config.build_model()
+        model = config.build_model()
     except (ValueError, TypeError) as exc:
         raise InvalidInput(
             f"cannot build model {config.model!r} for this data: {exc}", field="model"
         ) from None
+    unknown = sorted(set(config.sparse.tables) - set(model.state_dict()))
+    if unknown:
+        raise InvalidInput(
+            f"sparse.tables names tensors the model does not have: {', '.join(unknown)}",
+            field="sparse.tables",
+        )
     return config
 
 

@@ -213,3 +213,63 @@ def test_auto_never_sends_more_bytes_than_dense_whatever_the_measured_costs():
     gather_faster = Costs(copy_bytes_per_s=1e6, gather_bytes_per_s=1e12, link_bytes_per_s=1e12)
     choice = choose_encodings(update, global_state(), SparsePolicy(), gather_faster)["embedding.weight"]
     assert choice.encoding == "dense"
+
+
+def test_public_rows_depend_on_the_seed_and_round_only_and_cover_the_head():
+    from fl_node.sparse import public_rows
+
+    shapes = {"embedding.weight": (1000, 16), "head.weight": (4, 16)}
+    one = public_rows(shapes, ["embedding.weight"], 100, seed=3, round_=1)["embedding.weight"]
+    assert torch.equal(
+        one, public_rows(shapes, ["embedding.weight"], 100, seed=3, round_=1)["embedding.weight"]
+    )
+    assert len(one) == 100 and len(set(one.tolist())) == 100 and one.tolist() == sorted(one.tolist())
+    assert one[:50].tolist() == list(range(50))
+    later = public_rows(shapes, ["embedding.weight"], 100, seed=3, round_=2)["embedding.weight"]
+    assert not torch.equal(one, later)  # the drawn half rotates over the rounds
+    assert public_rows(shapes, ["head.weight"], 100, seed=3, round_=1)["head.weight"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="not a tensor"):
+        public_rows(shapes, ["missing"], 10, seed=0, round_=1)
+
+
+def test_a_private_update_restricted_to_public_rows_is_a_delta_array_of_exactly_those_rows():
+    from fl_node.data import ArrayDataset
+    from fl_node.local_round import local_round
+    from fl_node.privacy import UpdateGaussianMechanism
+    from fl_node.secure_random import SecureRandom
+    from fl_node.sparse import public_rows
+
+    model = create_model("text", input_shape=(6,), num_classes=2, vocab_size=500, embed_dim=8, seed=0)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    generator = torch.Generator().manual_seed(0)
+    data = ArrayDataset(
+        torch.randint(1, 500, (64, 6), generator=generator).numpy(), torch.randint(0, 2, (64,)).numpy()
+    )
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    kept = public_rows(shapes, ["embedding.weight"], 40, seed=0, round_=1)
+    mechanism = UpdateGaussianMechanism(clip_norm=1.0, noise_multiplier=1.0, sampling_fraction=1.0)
+    config = TrainConfig(batch_size=16, local_steps=2, lr=0.5, seed=0)
+    result = local_round(
+        model, state, data, config, num_classes=2, mechanism=mechanism, randomness=SecureRandom(b"k" * 32),
+        kept_rows=kept,
+    )  # fmt: skip
+    table = result.update["embedding.weight"]
+    changed = touched_rows_of(table)
+    assert changed == kept["embedding.weight"].tolist()  # every public row noised, no other row sent
+    blob, choices = encode_with_policy(
+        result.update, state, SparsePolicy(tables=frozenset({"embedding.weight"})), FAST
+    )
+    assert choices["embedding.weight"].encoding == "delta"
+    assert choices["embedding.weight"].density == pytest.approx(40 / 500)
+    assert choices["head.weight"].encoding == "dense"  # not a table: dense whatever its rows
+    decoded = decode_update(blob)
+    assert torch.equal(decoded["embedding.weight"].densify(), table)  # lossless
+    # The dense tensors kept their full noised update: only the table is projected.
+    plain = local_round(
+        model, state, data, config, num_classes=2, mechanism=mechanism, randomness=SecureRandom(b"k" * 32)
+    )
+    assert touched_rows_of(plain.update["embedding.weight"]) == list(range(500))  # noise on every row
+
+
+def touched_rows_of(table: torch.Tensor) -> list[int]:
+    return table.ne(0).any(dim=1).nonzero().flatten().tolist()

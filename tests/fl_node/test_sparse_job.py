@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
 from fl_node.sparse import SparsePolicy
@@ -74,3 +75,56 @@ def test_hybrid_row_rule_is_validated_with_the_strategy():
     with pytest.raises(ConfigError) as error:
         config(strategy="hybrid", strategy_params={"rows": "some"})
     assert error.value.field == "strategy"
+
+
+def test_tables_and_public_rows_round_trip_and_default_away():
+    chosen = config(sparse=SparseConfig(tables=("0.weight",), public_rows=3))
+    again = JobConfig.from_bytes(chosen.to_bytes())
+    assert again == chosen and again.sparse.policy().tables == frozenset({"0.weight"})
+    # A non-default encoding alone keeps the bytes it had before tables and public_rows existed.
+    assert json.loads(config(sparse=SparseConfig("delta")).to_bytes())["sparse"] == {
+        "encoding": "delta",
+        "link_mbit": 100.0,
+    }
+
+
+@pytest.mark.parametrize(
+    "sparse, field",
+    [
+        ({"tables": ("b", "a")}, "sparse.tables"),
+        ({"tables": ("a", "a")}, "sparse.tables"),
+        ({"tables": ("",)}, "sparse.tables"),
+        ({"tables": ("x" * 201,)}, "sparse.tables"),
+        ({"tables": tuple(f"t{i:03}" for i in range(65))}, "sparse.tables"),
+        ({"tables": "0.weight"}, "sparse.tables"),
+        ({"public_rows": 5}, "sparse.public_rows"),
+        ({"tables": ("a",), "public_rows": -1}, "sparse.public_rows"),
+        ({"tables": ("a",), "public_rows": 1 << 25}, "sparse.public_rows"),
+        ({"tables": ("a",), "public_rows": 2.5}, "sparse.public_rows"),
+        ({"tables": ("a",), "public_rows": True}, "sparse.public_rows"),
+    ],
+)
+def test_bad_tables_and_public_rows_name_their_field(sparse, field):
+    with pytest.raises(ConfigError) as error:
+        config(sparse=SparseConfig(**sparse))
+    assert error.value.field == field
+
+
+def test_a_hostile_tables_entry_from_another_node_is_a_config_error():
+    data = json.loads(config().to_bytes())
+    for hostile in ({"tables": [["a"]]}, {"tables": {"a": 1}}, {"tables": [1]}, {"public_rows": "9"}):
+        blob = json.dumps(data | {"sparse": hostile}, sort_keys=True, separators=(",", ":")).encode()
+        with pytest.raises(ConfigError):
+            JobConfig.from_bytes(blob)
+
+
+def test_public_rows_are_kept_only_for_private_jobs():
+    state = {"0.weight": torch.zeros(100, 4), "0.bias": torch.zeros(100)}
+    public = SparseConfig(tables=("0.weight",), public_rows=10)
+    assert config(sparse=public).kept_rows(state, 1) is None  # dp none: nothing is noised
+    private = config(sparse=public, dp=DPConfig("update", target_epsilon=5.0))
+    one, again, two = private.kept_rows(state, 1), private.kept_rows(state, 1), private.kept_rows(state, 2)
+    assert torch.equal(one["0.weight"], again["0.weight"]) and not torch.equal(
+        one["0.weight"], two["0.weight"]
+    )
+    assert one["0.weight"][:5].tolist() == [0, 1, 2, 3, 4]  # the head of the vocabulary, then a draw

@@ -226,3 +226,46 @@ def test_the_job_and_its_rounds_show_honest_privacy(pair, operator_client, viewe
         privacy = viewer_client.get(f"/api/jobs/{job['id']}").json()["privacy"]
     assert privacy["final"] is True
     assert privacy["participants"][0]["epsilon_reserved"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "sparse, field",
+    [
+        ({"encoding": "zip"}, "sparse"),
+        ({"link_mbit": 0}, "sparse"),
+        ({"link_mbit": 1e9}, "sparse"),
+        ({"tables": ["x"] * 65}, "sparse"),
+        ({"tables": ["0.weight", "0.weight"]}, "sparse"),
+        ({"tables": ["no.such.tensor"]}, "sparse.tables"),
+        ({"public_rows": -1}, "sparse"),
+        ({"public_rows": 10}, "sparse.public_rows"),  # restricts rows of no table
+    ],
+)
+def test_a_bad_sparse_policy_is_a_400_naming_it(pair, operator_client, monkeypatch, sparse, field):
+    nodes, datasets = pair
+    with acting_as(nodes[0], monkeypatch):
+        response = operator_client.post(
+            "/api/jobs", job_request(datasets[0].pk, sparse=sparse), format="json"
+        )
+    assert response.status_code == 400, response.content
+    assert field in response.json()["errors"], response.json()
+
+
+def test_the_sparse_policy_reaches_the_canonical_config_on_chain(pair, operator_client, monkeypatch):
+    nodes, datasets = pair
+    node = nodes[0]
+    sparse = {"encoding": "delta", "link_mbit": 1000.0, "tables": ["3.weight", "1.weight"], "public_rows": 16}
+    with acting_as(node, monkeypatch):
+        response = operator_client.post(
+            "/api/jobs", job_request(datasets[0].pk, sparse=sparse), format="json"
+        )
+    assert response.status_code == 201, response.content
+    job = response.json()
+    state = node.ctx.ledger.fl.get_job(job["id"])
+    config = JobConfig.from_bytes(node.ctx.swarm.read(bytes(state.config_hash).hex(), max_bytes=1 << 20))
+    assert config.sparse.encoding == "delta" and config.sparse.tables == ("1.weight", "3.weight")
+    assert config.sparse.public_rows == 16 and job["config"]["sparse"]["tables"] == ["1.weight", "3.weight"]
+    # Under DP the tables keep the same public rows on every node: seeded by the job and round only.
+    kept = config.kept_rows(config.build_model().state_dict(), 1)
+    assert set(kept) == {"1.weight", "3.weight"}
+    assert len(kept["1.weight"]) == 16 and len(kept["3.weight"]) == 10  # a 10-row table keeps all

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from backend.jobs import blobs, chain
+from backend.jobs import blobs, chain, encodings
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
@@ -19,7 +19,6 @@ from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import content_hash, decode_update, encode_model, update_spec
-from fl_node.sparse import round_encodings
 
 logger = logging.getLogger(__name__)
 
@@ -54,19 +53,19 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
             WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash)
             for row, blob in fetched
         ]
-        # What the trainers sent, per tensor (dense or delta arrays, fl_node.sparse): counts only.
-        logger.info(
-            "job %s round %s encodings %s",
-            job.job_id,
-            round_,
-            round_encodings([w.update for w in weighted], density=False),
-        )
         if weighted:
             strategy = get_strategy(config.strategy, **config.strategy_params)
             new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
         else:  # nothing accepted: the model stays as it was
             new_state, new_server = global_state, server_state
         data = encode_model(new_state, new_server or None)
+    # What the trainers sent, per tensor (dense or delta arrays, fl_node.sparse), for the rounds API.
+    encodings.record_received(
+        ctx.address,
+        job.job_id,
+        round_,
+        {row.trainer: w.update for (row, _), w in zip(fetched, weighted, strict=True)},
+    )
     result = ("0x" + content_hash(data), data)
     workspace.remember_model(result[0], data)  # registering the fixed model needs no fetch
     _results.clear()  # one round at a time per job is all a node needs

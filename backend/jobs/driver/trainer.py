@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from backend.cluster import runner as cluster_runner
-from backend.jobs import blobs, chain
+from backend.jobs import blobs, chain, encodings
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import aggregator, priority, state, timing, workspace
 from backend.jobs.driver import privacy as round_privacy
@@ -30,7 +30,7 @@ from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
 from fl_node.codec import content_hash
 from fl_node.local_round import local_round
-from fl_node.sparse import encode_for_job
+from fl_node.sparse import TensorChoice, encode_with_policy
 
 logger = logging.getLogger(__name__)
 # While a speculative update waits for its round to open, the contract is asked this often.
@@ -53,6 +53,7 @@ class _Trained:
     work_seconds: float
     ahead: bool  # trained before the round opened, on this node's own aggregate
     kind: str  # the release kind it was charged as
+    choices: dict[str, TensorChoice]  # each tensor's encoding (fl_node.sparse), recorded once submitted
 
 
 # (node, job, round) -> an update waiting for its round to open; per process, as the caches are.
@@ -95,6 +96,7 @@ def train_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
                 round_privacy.released(dataset, job.job_id, round_, trained.kind)
                 return Outcome(True, "update already on chain")
             round_privacy.released(dataset, job.job_id, round_, trained.kind)
+            encodings.record_sent(ctx.address, job.job_id, round_, trained.choices)
             detail = f"update of {trained.samples} samples submitted"
             if trained.ahead:
                 detail += " (trained ahead of the round, on this node's own aggregate)"
@@ -177,11 +179,12 @@ def _train(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAct
             mechanism=config.update_mechanism(plan),
             attack=attack,
             attack_seed=seed,
+            kept_rows=config.kept_rows(global_state, round_),
             node=ctx.address,
             nice=ctx.train_nice,
         )
     work = time.perf_counter() - started
-    blob = encode_for_job(result.update, global_state, config.sparse.policy())
+    blob, choices = encode_with_policy(result.update, global_state, config.sparse.policy())
     with timing.part(timing.PRIVACY):
         round_privacy.await_spend(claim, spending)
-    return _Trained(base_hash, blob, content_hash(blob), result.samples, work, ahead, kind)
+    return _Trained(base_hash, blob, content_hash(blob), result.samples, work, ahead, kind, choices)
