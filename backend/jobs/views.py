@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -13,6 +12,11 @@ from backend.api.permissions import OperatorWrites
 from backend.jobs import readmodel, services
 from backend.jobs.context import current_node
 from backend.jobs.models import JobRecord
+from backend.jobs.response_serializers import (
+    CommitteeRoundSerializer,
+    JobCancelledSerializer,
+    JobStartedSerializer,
+)
 from backend.jobs.serializers import (
     JobCreateSerializer,
     JobSerializer,
@@ -71,7 +75,7 @@ class JobViewSet(viewsets.ViewSet):
         services.join_job(_node(), int(pk), form.validated_data["dataset"])
         return Response(self._payload(self._job(pk)))
 
-    @extend_schema(request=StartSerializer, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
+    @extend_schema(request=StartSerializer, responses={200: JobStartedSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
         form = StartSerializer(data=request.data)
@@ -79,7 +83,7 @@ class JobViewSet(viewsets.ViewSet):
         tx_hash = services.start_job(_node(), int(pk), form.validated_data.get("committee"))
         return Response(self._payload(self._job(pk)) | {"start_tx_hash": tx_hash})
 
-    @extend_schema(request=None, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(request=None, responses={200: JobCancelledSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         tx_hash = services.cancel_job(_node(), int(pk))
@@ -93,7 +97,9 @@ class JobViewSet(viewsets.ViewSet):
     def rounds(self, request, pk=None):
         return Response(readmodel.rounds_payload(self._job(pk), _node().address))
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="The committee of each round.")
+    @extend_schema(
+        responses={200: CommitteeRoundSerializer(many=True)}, description="The committee of each round."
+    )
     @action(detail=True, methods=["get"])
     def committee(self, request, pk=None):
         return Response(readmodel.committee_payload(self._job(pk)))
