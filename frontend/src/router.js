@@ -15,6 +15,7 @@ export const routes = [
   { path: '/jobs/new', name: 'job-new', component: () => import('./pages/JobCreatePage.vue'), meta: { title: 'New job', action: 'jobs:write' } },
   { path: '/jobs/:id', name: 'job', component: () => import('./pages/JobPage.vue'), props: true, meta: { title: 'Job' } },
   { path: '/models', name: 'models', component: () => import('./pages/ModelsPage.vue'), meta: { title: 'Models' } },
+  { path: '/cluster', name: 'cluster', component: () => import('./pages/ClusterPage.vue'), meta: { title: 'Cluster' } },
   { path: '/:rest(.*)*', name: 'not-found', component: () => import('./pages/NotFoundPage.vue'), meta: { title: 'Not found' } },
 ]
 

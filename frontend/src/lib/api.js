@@ -79,6 +79,10 @@ export const api = {
   startJob: (id) => data(http.post(`/jobs/${id}/start`)),
   cancelJob: (id) => data(http.post(`/jobs/${id}/cancel`)),
   rounds: (id) => list(http.get(`/jobs/${id}/rounds`)),
+  jobTasks: (id) => data(http.get(`/jobs/${id}/tasks`)),
+  cancelTask: (id, task) => data(http.post(`/jobs/${id}/tasks/${task}/cancel`)),
+  setJobPriority: (id, priority) => data(http.post(`/jobs/${id}/tasks/priority`, { priority })),
+  cluster: () => data(http.get('/cluster')),
 
   overview: () => data(http.get('/dashboard/overview')),
   joinCandidates: () => data(http.get('/dashboard/join-candidates')),
