@@ -269,3 +269,12 @@ DEFL_CLUSTER_WORKER_TIMEOUT_S = float(env("DEFL_CLUSTER_WORKER_TIMEOUT_S", "60")
 # Attempts of a local task, and the back-off before attempt n+1: base * 2^(n-1) seconds (cap 300).
 DEFL_CLUSTER_MAX_ATTEMPTS = env_int("DEFL_CLUSTER_MAX_ATTEMPTS", 3)
 DEFL_CLUSTER_RETRY_BASE_S = float(env("DEFL_CLUSTER_RETRY_BASE_S", "2"))
+# The cluster's "kind" and "state" choices get names of their own in the OpenAPI schema.
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "SlotKindEnum": "backend.cluster.models.DeviceSlot.Kind",
+        "TaskKindEnum": "backend.cluster.models.Task.Kind",
+        "TaskStateEnum": "backend.cluster.models.Task.State",
+        "WorkerStateEnum": "backend.cluster.models.Worker.State",
+    }
+)
