@@ -189,6 +189,9 @@ class AimdConfig:
     target); the work is multiplied by ``decrease`` after a round that ran past the target.
     The increase never jumps past what the measured step time predicts fits in the target,
     so a fast member reaches its share in a few rounds and then saws only slightly around it.
+    The prediction uses a smoothed step time plus ``deviations`` smoothed deviations (TCP's
+    estimator), so a member with jittery steps plans a margin instead of being late every
+    other round.
     """
 
     base_steps: int
@@ -197,6 +200,8 @@ class AimdConfig:
     increase: int | None = None  # default max(1, base_steps // 4)
     decrease: float = 0.8
     headroom: float = 0.05
+    smoothing: float = 0.25  # gain of the step-time and deviation averages
+    deviations: float = 1.0  # plan for the smoothed step time plus this many deviations
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_steps, int) or self.base_steps < 1:
@@ -211,6 +216,10 @@ class AimdConfig:
             raise ValueError(f"decrease must be in (0, 1), got {self.decrease}")
         if not 0 <= self.headroom < 1:
             raise ValueError(f"headroom must be in [0, 1), got {self.headroom}")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
+        if not (math.isfinite(self.deviations) and self.deviations >= 0):
+            raise ValueError(f"deviations must be a non-negative number, got {self.deviations}")
 
     @property
     def upper(self) -> int:
@@ -234,6 +243,8 @@ class AimdController:
         # TCP's slow start: double until the first round near or past the target, then
         # additive increase; a member 4x faster than the deadline needs reaches it in 2 rounds.
         self.slow_start = True
+        self.step_time: float | None = None  # smoothed seconds per step
+        self.deviation = 0.0  # smoothed absolute deviation of the step time
 
     def observe(self, *, steps: int, seconds: float, target_seconds: float) -> int:
         """Update from one round's measurement; returns the steps for the next round."""
@@ -244,13 +255,22 @@ class AimdController:
         if not (math.isfinite(target_seconds) and target_seconds > 0):
             raise ValueError(f"target_seconds must be a positive finite number, got {target_seconds!r}")
         cfg = self.config
-        step_time = seconds / steps
+        sample = seconds / steps
+        if self.step_time is None:
+            self.step_time, self.deviation = sample, 0.0
+        else:
+            # TCP's RTT estimator (Jacobson 1988): smoothed mean and mean deviation.
+            self.deviation += cfg.smoothing * (abs(sample - self.step_time) - self.deviation)
+            self.step_time += cfg.smoothing * (sample - self.step_time)
         if seconds > target_seconds:
             proposed = math.floor(self.steps * cfg.decrease)
             self.slow_start = False
         elif seconds < (1 - cfg.headroom) * target_seconds:
-            # The tiny slack keeps float rounding (1.95 / 0.05 = 38.999...) from losing a step.
-            predicted = math.floor((1 - cfg.headroom / 2) * target_seconds / step_time + 1e-9)
+            # Plan for a step a little slower than usual, so that ordinary jitter does not make
+            # the round late. The tiny slack keeps float rounding (1.95 / 0.05 = 38.999...)
+            # from losing a step.
+            careful = self.step_time + cfg.deviations * self.deviation
+            predicted = math.floor((1 - cfg.headroom / 2) * target_seconds / careful + 1e-9)
             grown = 2 * self.steps if self.slow_start else self.steps + cfg.step_increase
             proposed = max(self.steps, min(grown, predicted))
             if grown >= predicted:
