@@ -212,6 +212,9 @@ DEFL_ALLOW_PRIVATE_PEERS = env_bool("DEFL_ALLOW_PRIVATE_PEERS", False)
 # refused (413) as soon as it passes the limit: no plaintext ever reaches a temp file.
 DEFL_MAX_UPLOAD_BYTES = env_int("DEFL_MAX_UPLOAD_BYTES", 128 * 1024 * 1024)
 FILE_UPLOAD_HANDLERS = ["backend.api.uploads.BoundedMemoryUploadHandler"]
+# Largest size a compressed dataset (.npz) may unpack to: a small upload must not inflate into
+# gigabytes (a compressed bomb). Checked from the archive's directory before anything unpacks.
+DEFL_MAX_DATASET_BYTES = env_int("DEFL_MAX_DATASET_BYTES", 1024 * 1024 * 1024)
 # Largest JSON or form body (not a file upload) an endpoint reads, before it reads it (413 beyond;
 # Django's default). The anonymous login takes 16 KiB at most.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DEFL_MAX_REQUEST_BYTES", 2621440)

@@ -197,11 +197,53 @@ def parse_csv(data: bytes, label_column: str, classes: list[str] | None = None) 
     return _finish(x, y, class_names)
 
 
-def parse_npz(data: bytes, classes: list[str] | None = None) -> CanonicalDataset:
+def _check_npz_sizes(data: bytes, max_unpacked_bytes: int | None) -> None:
+    """Refuse a compressed bomb or a forged array header before anything is unpacked.
+
+    The archive's directory states what each member unpacks to, and zipfile never returns
+    more than that; each .npy header states its array's size, which numpy allocates before
+    it reads. Both are checked here: their sum against the node's limit, each header against
+    its member's size (a header that claims more than its member holds is forged or cut).
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {info.filename: info for info in archive.infolist()}
+            unpacked = sum(info.file_size for info in members.values())
+            if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
+                raise DatasetFormatError(
+                    f"the .npz would unpack to {unpacked} bytes, more than this node's limit of "
+                    f"{max_unpacked_bytes} bytes (DEFL_MAX_DATASET_BYTES)"
+                )
+            for name in ("x.npy", "y.npy"):
+                info = members.get(name)
+                if info is None:
+                    continue  # reported as a missing array below
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if claimed > info.file_size:
+                    raise DatasetFormatError(
+                        f"array {name[:-4]} declares shape {tuple(shape)} ({claimed} bytes) but its "
+                        f"member holds {info.file_size} bytes: the .npz is cut short or forged"
+                    )
+    except DatasetFormatError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
+        raise DatasetFormatError(f"not a readable .npz file: {exc}") from exc
+
+
+def parse_npz(
+    data: bytes, classes: list[str] | None = None, max_unpacked_bytes: int | None = None
+) -> CanonicalDataset:
     """A NumPy .npz with arrays ``x`` (2-D, or image-shaped) and ``y`` (integer, 1-D, same length)."""
     if not data.startswith(b"PK"):
         # np.load would try to unpickle anything that is not a zip and report that instead.
         raise DatasetFormatError("not a .npz file (a .npz is a zip archive of .npy arrays)")
+    _check_npz_sizes(data, max_unpacked_bytes)
     try:
         # allow_pickle=False: an uploaded file must never execute code while loading.
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
@@ -209,6 +251,9 @@ def parse_npz(data: bytes, classes: list[str] | None = None) -> CanonicalDataset
             if missing:
                 raise DatasetFormatError(f"the .npz lacks array(s) {', '.join(sorted(missing))}")
             x, y = archive["x"], archive["y"]
+            if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+                # NpzFile returns a member that is not an .npy as raw bytes.
+                raise DatasetFormatError("the .npz members x and y must be .npy arrays")
     except DatasetFormatError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from eth_utils import is_address, to_checksum_address
@@ -53,7 +54,7 @@ def parse_upload(upload: Upload) -> CanonicalDataset:
         if upload.format == Dataset.Format.CSV:
             return parse_csv(upload.data, upload.label_column, classes)
         if upload.format == Dataset.Format.NPZ:
-            return parse_npz(upload.data, classes)
+            return parse_npz(upload.data, classes, max_unpacked_bytes=settings.DEFL_MAX_DATASET_BYTES)
     except DatasetFormatError as exc:
         raise InvalidInput(str(exc), field="file") from exc
     raise InvalidInput(f"unknown format {upload.format!r}", field="format")
