@@ -40,6 +40,9 @@ class Attack:
     trains: bool = True
     copies: bool = False  # re-submits an honest trainer's update instead of its own
     claimed_samples: int | None = None  # the sample count it claims (None: the truth)
+    # Knows the job's norm bound: scales what it sends to just under it (the most weight the bound
+    # lets it have; Bagdasaryan et al.'s "constrain-and-scale"). Applied by the caller, who knows the bound.
+    boosts: bool = False
 
 
 _ATTACKS: dict[str, Attack] = {}
@@ -116,12 +119,24 @@ def backdoor_success(model: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> fl
 
 
 register_attack(Attack("label_flip", poison_data=_flip_labels))
-register_attack(Attack("sign_flip", poison_update=_sign_flip))
-register_attack(Attack("gaussian", poison_update=_gaussian))
+register_attack(Attack("sign_flip", poison_update=_sign_flip, boosts=True))
+register_attack(Attack("gaussian", poison_update=_gaussian, boosts=True))
 register_attack(Attack("free_rider", poison_update=_zero, trains=False))
 register_attack(Attack("copy", trains=False, copies=True))
 register_attack(Attack("inflate", poison_data=_flip_labels, claimed_samples=INFLATED_SAMPLES))
-register_attack(Attack("backdoor", poison_data=_backdoor))
+register_attack(Attack("backdoor", poison_data=_backdoor, boosts=True))
+
+
+BOUND_SHARE = 0.999  # of the norm bound a boosting attacker scales to: inside it after rounding
+
+
+def boost_to_bound(update: Update, bound: float) -> Update:
+    """``update`` scaled so that its L2 norm is ``BOUND_SHARE * bound`` (a zero update stays zero)."""
+    total = sum(float((v.double() ** 2).sum()) for v in update.values() if v.is_floating_point())
+    if total <= 0.0 or not np.isfinite(total):
+        return update
+    factor = BOUND_SHARE * bound / total**0.5
+    return {k: (v * factor).to(v.dtype) if v.is_floating_point() else v for k, v in update.items()}
 
 
 def available_attacks() -> list[str]:

@@ -10,6 +10,14 @@ from the contract where the chain enforces them:
   contract bounds ``samples`` by it), so nobody can make FedAvg its own model.
 * An update whose L2 norm exceeds the job's bound, or that is not finite, scores 0 from
   every honest committee member: amplified or noise updates never reach the median.
+* A sign vote over the round's submissions (after the robust learning rate of Ozdayi et al.
+  2021, "Defending against Backdoors in Federated Learning with Robust Learning Rate", and
+  signSGD's majority vote, Bernstein et al. 2019): every coordinate of the aggregate's step
+  whose direction a strict majority of the submitted updates does not back is zeroed (or
+  reversed). A trigger backdoor lives in weights that honest data never
+  moves (a corner patch that is black in every clean image): honest updates leave them at
+  exactly 0, so a minority of attackers can never carry them, whoever the committee accepted.
+  The vote is integer arithmetic over the updates on chain: every honest node gets the same mask.
 
 :func:`get_strategy` adds ``multi_krum_adaptive`` (Multi-Krum for the few updates a committee
 accepts) to fl_node.aggregate's strategies, for simulations only: it is not registered, so a
@@ -69,6 +77,92 @@ def first_by_hash(submissions: Iterable[tuple[T, str]]) -> tuple[list[T], list[T
         (dropped if digest in seen else kept).append(owner)
         seen.add(digest)
     return kept, dropped
+
+
+def _voting(updates: Iterable[Mapping[str, torch.Tensor]], names: list[str]) -> list[dict[str, torch.Tensor]]:
+    """The voters' signs (int8) per tensor. An all-zero update abstains: it moves nothing, so it
+    backs no direction (a free rider must not raise the majority the honest trainers have to form)."""
+    voters = []
+    for update in updates:
+        dense = {name: densify(update[name]) for name in names}
+        if any(bool(value.any()) for value in dense.values()):
+            voters.append({name: torch.sign(value).to(torch.int8) for name, value in dense.items()})
+    return voters
+
+
+def sign_majority_mask(
+    step: Mapping[str, torch.Tensor],
+    updates: Iterable[Mapping[str, torch.Tensor]],
+    *,
+    mode: str = "zero",
+) -> dict[str, torch.Tensor] | None:
+    """Per coordinate of the aggregate's ``step``, a factor (float32): 1 where more voting
+    ``updates`` move that coordinate in the step's direction than leave it at exactly 0, and more
+    than move it the other way; 0 ("zero") or -1 ("flip", as Ozdayi et al.'s robust learning rate)
+    elsewhere. None without voters.
+
+    Comparing the step's backers with each of the other two camps (rather than the net sum of
+    signs against a fixed threshold, as the robust learning rate does) keeps a minority of
+    contrarians from vetoing what the honest trainers agree on, and still refuses what only a
+    minority moves: honest updates that leave a coordinate at exactly 0 count against it."""
+    if mode not in ("flip", "zero"):
+        raise ValueError(f"sign majority mode must be 'flip' or 'zero', got {mode!r}")
+    names = sorted(step)
+    voters = _voting(updates, names)
+    if not voters:
+        return None
+    other = torch.tensor(-1.0 if mode == "flip" else 0.0)
+    mask = {}
+    for name in names:
+        direction = torch.sign(densify(step[name])).to(torch.int8)
+        backing = torch.zeros(direction.shape, dtype=torch.int32)
+        still = torch.zeros(direction.shape, dtype=torch.int32)
+        for voter in voters:
+            backing += (voter[name] == direction) & (direction != 0)
+            still += voter[name] == 0
+        opposing = len(voters) - backing - still
+        mask[name] = torch.where((backing > still) & (backing > opposing), torch.tensor(1.0), other)
+    return mask
+
+
+def median_norm(updates: Iterable[Mapping[str, torch.Tensor]]) -> float | None:
+    """The median L2 norm of the non-zero, finite ``updates`` (lower middle for an even count; None
+    if there is none): FLAME's adaptive clipping bound (Nguyen et al. 2022), which a minority of
+    boosted updates cannot raise."""
+    norms = sorted(n for n in (update_norm(u) for u in updates) if 0.0 < n < math.inf)
+    return norms[(len(norms) - 1) // 2] if norms else None
+
+
+def clip_update(update: Mapping[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
+    """``update`` scaled down to L2 norm ``bound`` when it is longer (float tensors; others as they are)."""
+    norm = update_norm(update)
+    if norm <= bound:
+        return dict(update)
+    factor = bound / norm
+    return {k: densify(v) * factor if densify(v).is_floating_point() else v for k, v in update.items()}
+
+
+def apply_sign_majority(
+    old: Mapping[str, torch.Tensor],
+    new: Mapping[str, torch.Tensor],
+    updates: Iterable[Mapping[str, torch.Tensor]],
+    *,
+    mode: str = "zero",
+) -> dict[str, torch.Tensor]:
+    """``new`` with its step from ``old`` masked by :func:`sign_majority_mask` over ``updates``:
+    ``old + mask * (new - old)`` for every tensor the updates carry; the rest of ``new`` as it is."""
+    updates = list(updates)
+    if not updates:
+        return dict(new)
+    names = sorted(updates[0])
+    step = {name: new[name] - old[name] for name in names}
+    mask = sign_majority_mask(step, updates, mode=mode)
+    if mask is None:
+        return dict(new)
+    out = dict(new)
+    for name in names:
+        out[name] = old[name] + step[name] * mask[name].to(step[name].dtype) + 0.0
+    return out
 
 
 def colluding_scores(trainers: Iterable[str], accomplices: set[str]) -> dict[str, int]:

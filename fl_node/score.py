@@ -16,6 +16,14 @@ per-record cross-entropies is clipped per record to ``LOSS_CLIP`` and gets noise
 (``fl_node.secure_random``). Without a multiplier (a job without DP, or a hold-out the
 dataset declared public) the exact value is released.
 
+Relative scores (:func:`relative_score_int`, the margin rule's honest reading): a member puts
+the base model (the unchanged global model) at exactly :data:`BASE_SCORE` and every update at
+``BASE_SCORE`` plus its gain over the base on the member's own data, in basis points. Every honest
+member then agrees exactly on the base, so the base median cannot be dragged down by one
+hostile member's base score of 0 (with absolute scores it falls to the lowest honest base, and
+an accomplice's median, the highest honest score, clears it even for a free rider), and the
+member-to-member spread of absolute scores (different validation sets) stays out of the median.
+
 Scoring must never crash a committee member on a hostile update: anything
 malformed (undecodable bytes, wrong names or shapes, NaN/Inf, a model that
 becomes non-finite) scores 0. Errors in the caller's own inputs (model,
@@ -31,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from fl_node.codec import CodecError, Update, check_update, decode_update, densify, update_spec
-from fl_node.committee import score_to_int
+from fl_node.committee import MAX_SCORE, score_to_int
 from fl_node.secure_random import NoiseSource, SecureRandom
 
 METRICS = ("accuracy", "likelihood")
@@ -198,3 +206,24 @@ def score_update_int(
             randomness=randomness,
         )
     )
+
+
+# The score an honest member gives the base model under relative scoring: the middle of the range,
+# so that gains and losses up to half of it are both representable.
+BASE_SCORE = MAX_SCORE // 2
+
+
+def relative_score_int(value: float, base_value: float) -> int:
+    """The on-chain score of an update whose :func:`score_update` is ``value`` where the base
+    model's is ``base_value``: ``BASE_SCORE`` plus the gain in basis points (rounded half to even),
+    clamped to ``[1, MAX_SCORE]``; 0 for a malformed update (``value`` 0, see :func:`score_update`).
+
+    Deterministic in its inputs; a member's base score is :data:`BASE_SCORE` itself. With the
+    contract's margin rule (``median > base + margin``) an update is accepted only when the median
+    member sees it gain more than ``margin`` basis points: a free rider gains exactly 0."""
+    if not value == value or value <= 0.0:
+        return 0
+    if not base_value == base_value:
+        raise ValueError("the base model's score is not a number")
+    gain = round((value - base_value) * MAX_SCORE)
+    return min(MAX_SCORE, max(1, BASE_SCORE + gain))

@@ -19,17 +19,26 @@ import numpy as np
 import torch
 
 from fl_node.aggregate import WeightedUpdate
-from fl_node.attacks import Attack, choose_attackers, parse_attack_spec
-from fl_node.codec import content_hash, decode_update, update_spec
-from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round
+from fl_node.attacks import Attack, boost_to_bound, choose_attackers, parse_attack_spec
+from fl_node.codec import CodecError, content_hash, decode_update, densify, update_spec
+from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round, score_to_int
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
-from fl_node.robust import cap_samples, colluding_scores, first_by_hash, get_strategy, within_norm_bound
-from fl_node.score import score_update_int
+from fl_node.robust import (
+    apply_sign_majority,
+    cap_samples,
+    clip_update,
+    colluding_scores,
+    first_by_hash,
+    get_strategy,
+    median_norm,
+    within_norm_bound,
+)
+from fl_node.score import BASE_SCORE, relative_score_int, score_update
 from fl_node.secure_random import SecureRandom
 from fl_node.sparse import SparsePolicy, encode_with_policy
 from fl_node.train import TrainConfig, evaluate, train_local
@@ -74,6 +83,20 @@ class SimulationConfig:
     # "rank": the first committee is nodes 0..committee-1, then the best-ranked trainers (the contract's
     # rule); "random": every committee is drawn uniformly (seeded) from the round's eligible nodes.
     committee_draw: str = "rank"
+    # How honest committee members score (fl_node.score): the metric, and the share of the update they
+    # apply to the global model before evaluating it (1/top_k: the weight it would get in the average,
+    # so a non-IID update is judged by the step it would make, not by a full step on its own).
+    score_metric: str = "accuracy"
+    score_scale: float = 1.0
+    # Relative scores (fl_node.score.relative_score_int): the base model at BASE_SCORE, an update at
+    # BASE_SCORE plus its gain. Needs a margin (the rule then reads "gains more than margin").
+    score_relative: bool = False
+    # The robust learning rate (fl_node.robust.sign_vote_mask) over the round's submissions: None, "flip", "zero".
+    sign_vote: str | None = None
+    # Honest aggregation clips every accepted update to the median norm of the round's submissions.
+    clip_to_median: bool = False
+    # Attackers that know the norm bound scale what they send to just under it (fl_node.attacks.boosts).
+    adaptive_attack: bool = False
 
     def __post_init__(self) -> None:
         SparsePolicy(encoding=self.update_encoding)  # validates early
@@ -99,6 +122,14 @@ class SimulationConfig:
             raise ValueError(f"margin must be in [0, {MAX_SCORE}], got {self.margin}")
         if self.committee_draw not in ("rank", "random"):
             raise ValueError(f"committee_draw must be 'rank' or 'random', got {self.committee_draw!r}")
+        if self.score_metric not in ("accuracy", "likelihood"):
+            raise ValueError(f"score_metric must be 'accuracy' or 'likelihood', got {self.score_metric!r}")
+        if self.score_relative and self.margin is None:
+            raise ValueError("relative scores need a margin (0: any gain over the base model)")
+        if not 0.0 < self.score_scale <= 1.0:
+            raise ValueError(f"score_scale must be in (0, 1], got {self.score_scale}")
+        if self.sign_vote not in (None, "flip", "zero"):
+            raise ValueError(f"sign_vote must be None, 'flip' or 'zero', got {self.sign_vote!r}")
         parse_attack_spec(self.attack)  # validates early
         get_strategy(self.strategy, **dict(self.strategy_params))
 
@@ -354,6 +385,8 @@ def run_simulation(
             update, samples = _local_update(
                 config, trainer, model, global_state, splits.num_classes, round_index, randomness_secret
             )
+            if trainer.attack and trainer.attack.boosts and config.adaptive_attack and config.norm_bound:
+                update = boost_to_bound(update, config.norm_bound)
             blob, _ = encode_with_policy(update, global_state, policy)  # as the node's trainer encodes
             if trainer.attack and trainer.attack.copies and encoded:
                 blob = _copied_blob(encoded, by_address)
@@ -395,8 +428,20 @@ def run_simulation(
             # Every honest node enforces the norm bound again when it aggregates: colluding members
             # can carry an update through the median, not past this check.
             accepted = [u for u in accepted if within_norm_bound(u.update, config.norm_bound)]
+        if config.consensus and (config.sign_vote or config.clip_to_median):
+            # Over every submission kept on chain (not only the accepted): a committee majority of
+            # attackers picks what is averaged, but not the length it may have nor which directions survive.
+            voters = [decode_update(encoded[a][0], spec) for a in kept]
+            voters = [u for u in voters if within_norm_bound(u, config.norm_bound)]
+            if config.clip_to_median and (bound := median_norm(voters)) is not None:
+                accepted = [
+                    WeightedUpdate(clip_update(u.update, bound), u.num_samples, u.id) for u in accepted
+                ]
         if accepted:
+            previous = global_state
             global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
+            if config.consensus and config.sign_vote:
+                global_state = apply_sign_majority(previous, global_state, voters, mode=config.sign_vote)
         model.load_state_dict(global_state)
         metrics = evaluate(model, test_x, test_y)
         histories = [p.history for p in participants if len(p.history)]
@@ -484,22 +529,34 @@ def _committee_round(
         vx, vy = member.val.tensors()
         noise = member.plan.score_noise_multiplier if member.plan else None
 
-        def score(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> int:
-            return score_update_int(
+        def evaluate_one(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> float:
+            if config.score_scale != 1.0:
+                blob = scaled_update(blob, spec, config.score_scale)
+            return score_update(
                 scratch,
                 global_state,
                 blob,
                 vx,
                 vy,
+                metric=config.score_metric,
                 noise_multiplier=noise,
                 randomness=_stream(secret, "score", round_index, member.index, address),
             )
 
-        scores[member_address] = {a: score(a, encoded[a][0]) if a in scorable else 0 for a in kept}
+        values = {a: evaluate_one(a, encoded[a][0]) for a in kept if a in scorable}
         released = len(scorable)
         if config.margin is not None:
-            base_scores[member_address] = score("base", base_update)
+            base_value = evaluate_one("base", base_update)
             released += 1
+        if config.score_relative:
+            scores[member_address] = {
+                a: relative_score_int(values[a], base_value) if a in values else 0 for a in kept
+            }
+            base_scores[member_address] = BASE_SCORE
+        else:
+            scores[member_address] = {a: score_to_int(values[a]) if a in values else 0 for a in kept}
+            if config.margin is not None:
+                base_scores[member_address] = score_to_int(base_value)
         member.charge(member.plan.score_release(released) if member.plan else None)
     return decide_round(
         kept,
@@ -510,6 +567,16 @@ def _committee_round(
         base_scores=base_scores if config.margin is not None else None,
         margin=config.margin or 0,
     )
+
+
+def scaled_update(blob, spec, scale: float):
+    """The update a member evaluates: ``scale`` times the submitted one (malformed bytes stay as they
+    are, so that scoring rejects them)."""
+    try:
+        update = decode_update(blob, spec) if isinstance(blob, bytes | bytearray | memoryview) else blob
+    except CodecError:
+        return blob
+    return {k: densify(v) * scale for k, v in update.items()}
 
 
 def _job_epsilon(histories, config: SimulationConfig, accountant) -> float:

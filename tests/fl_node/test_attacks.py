@@ -6,10 +6,12 @@ import torch
 
 from fl_node.attacks import (
     BACKDOOR_TARGET,
+    BOUND_SHARE,
     INFLATED_SAMPLES,
     TRIGGER_SIZE,
     add_trigger,
     backdoor_success,
+    boost_to_bound,
     get_attack,
     parse_attack_spec,
 )
@@ -76,3 +78,19 @@ def test_attack_spec_bounds():
         parse_attack_spec("copy:0.5")
     with pytest.raises(ValueError, match="unknown attack"):
         parse_attack_spec("bribe:0.1")
+
+
+def test_a_boosting_attacker_sends_just_under_the_norm_bound_and_a_zero_update_stays_zero():
+    update = {"w": torch.tensor([3.0, 4.0]), "b": torch.tensor([0.0]), "steps": torch.tensor([2])}
+    boosted = boost_to_bound(update, 8.0)
+    norm = float(torch.cat([boosted["w"], boosted["b"]]).norm())
+    assert norm == pytest.approx(BOUND_SHARE * 8.0) and norm <= 8.0
+    assert torch.equal(boosted["steps"], update["steps"])
+    assert torch.allclose(boosted["w"] / boosted["w"].norm(), update["w"] / update["w"].norm())
+    zero = {"w": torch.zeros(2)}
+    assert torch.equal(boost_to_bound(zero, 8.0)["w"], zero["w"])
+    assert {n for n in ("sign_flip", "gaussian", "backdoor") if get_attack(n).boosts} == {
+        "sign_flip",
+        "gaussian",
+        "backdoor",
+    }

@@ -6,16 +6,21 @@ import pytest
 import torch
 
 from fl_node.aggregate import WeightedUpdate, available_strategies
-from fl_node.attacks import INFLATED_SAMPLES
+from fl_node.attacks import BOUND_SHARE, INFLATED_SAMPLES
 from fl_node.committee import MAX_SCORE
 from fl_node.robust import (
+    apply_sign_majority,
     cap_samples,
+    clip_update,
     colluding_scores,
     first_by_hash,
     get_strategy,
+    median_norm,
+    sign_majority_mask,
     update_norm,
     within_norm_bound,
 )
+from fl_node.score import BASE_SCORE
 from fl_node.simulate import SimulationConfig, prepared_model_and_data, run_simulation
 
 
@@ -130,3 +135,86 @@ def test_a_captured_committee_carries_noise_through_the_median_but_not_past_the_
     for name, value in untouched.items():
         assert torch.equal(bounded.final_state[name], value)
     assert any(not torch.equal(unbounded.final_state[n], v) for n, v in untouched.items())
+
+
+def _votes(*rows: list[float]) -> list[dict[str, torch.Tensor]]:
+    return [{"w": torch.tensor(r)} for r in rows]
+
+
+def test_the_sign_vote_keeps_what_a_majority_backs_and_zeroes_what_only_a_minority_moves():
+    # Coordinates: 0 backed by all; 1 a trigger weight honest data never moves (3 of 7 move it);
+    # 2 backed by 4 honest against 3 contrarians; 3 split 3 to 3 with one abstaining coordinate.
+    honest = _votes(*[[1.0, 0.0, 1.0, 1.0]] * 3, [1.0, 0.0, 1.0, 0.0])
+    hostile = _votes(*[[1.0, 5.0, -1.0, -1.0]] * 3)
+    step = {"w": torch.tensor([0.5, 2.0, 0.1, 0.2])}
+    mask = sign_majority_mask(step, honest + hostile)
+    assert mask["w"].tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert sign_majority_mask(step, honest + hostile, mode="flip")["w"].tolist() == [1.0, -1.0, 1.0, -1.0]
+    # A step against the majority's direction is not backed either.
+    assert sign_majority_mask({"w": -step["w"]}, honest)["w"].tolist() == [0.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError):
+        sign_majority_mask(step, honest, mode="halve")
+
+
+def test_all_zero_updates_abstain_and_without_voters_the_step_stays():
+    riders = _votes(*[[0.0, 0.0]] * 5)
+    honest = _votes([1.0, -1.0], [1.0, 1.0])
+    step = {"w": torch.tensor([1.0, 1.0])}
+    # Two voters: a strict majority is both; five free riders do not raise the bar.
+    assert sign_majority_mask(step, riders + honest)["w"].tolist() == [1.0, 0.0]
+    assert sign_majority_mask(step, riders) is None
+    old, new = {"w": torch.zeros(2), "n": torch.tensor([3])}, {"w": torch.ones(2), "n": torch.tensor([4])}
+    assert torch.equal(apply_sign_majority(old, new, riders)["w"], torch.ones(2))
+    masked = apply_sign_majority(old, new, riders + honest)
+    assert masked["w"].tolist() == [1.0, 0.0] and torch.equal(masked["n"], new["n"])
+
+
+def test_relative_scores_keep_a_free_rider_out_even_with_one_colluder_seated():
+    # seed 3: attackers 1 (on the first committee, 0-2) and 4 (a trainer that free rides). The
+    # colluder gives its accomplice the top score and the base 0; with relative scores the two honest
+    # members put the base and the free rider both at BASE_SCORE, so the median is not above the base.
+    common = dict(nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=3, attack="free_rider:0.34")
+    result = _run(**common, margin=0, score_relative=True, score_metric="likelihood", score_scale=1 / 3)
+    assert result.attackers == [1, 4]
+    rider = next(u for u in result.rounds[0].updates if u.trainer == 4)
+    assert rider.median == BASE_SCORE and not rider.accepted
+    with pytest.raises(ValueError):
+        SimulationConfig(score_relative=True)  # relative scores need a margin
+
+
+def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_down():
+    # seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains a backdoor and
+    # scales it to the norm bound. The colluders accept it alone; honest aggregation clips it to the
+    # median norm of the three submissions, and the sign vote over them drops what the honest
+    # trainers do not back.
+    common = dict(
+        attack="backdoor:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1, norm_bound=4.0
+    )
+    plain = _run(**common, adaptive_attack=True)
+    clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
+    voted = _run(**common, adaptive_attack=True, clip_to_median=True, sign_vote="zero")
+    assert plain.attackers == voted.attackers == [0, 1, 5]
+    for result in (plain, clipped, voted):
+        assert [u.trainer for u in result.rounds[0].updates if u.accepted] == [5]
+    _, first_model = prepared_model_and_data("digits", "mlp", seed=1)
+    start = first_model.state_dict()
+
+    def moved(result):
+        return math.sqrt(sum(float(((result.final_state[n] - v) ** 2).sum()) for n, v in start.items()))
+
+    assert moved(plain) == pytest.approx(BOUND_SHARE * 4.0, rel=1e-3)  # the attacker's whole update
+    assert moved(clipped) < 0.9 * moved(plain)
+    assert moved(voted) < moved(clipped)
+
+
+def test_the_median_norm_ignores_zero_and_non_finite_updates_and_clipping_only_shortens():
+    updates = _votes([3.0, 4.0], [0.0, 0.0], [6.0, 8.0], [30.0, 40.0], [float("nan"), 1.0])
+    assert median_norm(updates) == 10.0  # of 5, 10, 50: the boosted one cannot raise it
+    assert median_norm(updates[:2] + updates[2:3]) == 5.0  # lower middle of 5 and 10
+    assert median_norm(_votes([0.0])) is None
+    clipped = clip_update({"w": torch.tensor([30.0, 40.0]), "n": torch.tensor([2])}, 10.0)
+    assert torch.allclose(clipped["w"], torch.tensor([6.0, 8.0])) and torch.equal(
+        clipped["n"], torch.tensor([2])
+    )
+    short = {"w": torch.tensor([3.0, 4.0])}
+    assert torch.equal(clip_update(short, 10.0)["w"], short["w"])

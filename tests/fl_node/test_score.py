@@ -8,7 +8,7 @@ from torch import nn
 
 from fl_node.codec import SparseRows, encode_update
 from fl_node.committee import MAX_SCORE, score_to_int
-from fl_node.score import score_update, score_update_int
+from fl_node.score import BASE_SCORE, relative_score_int, score_update, score_update_int
 
 
 class TinyClassifier(nn.Module):
@@ -179,3 +179,28 @@ def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score
     assert score_update(model, global_state, poisoned, x_val, y_val) == 0.0
     noisy = score_update(model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0)
     assert noisy > 0.5
+
+
+def test_relative_scores_put_the_base_at_the_middle_and_an_update_at_its_gain(setup):
+    model, global_state, good, x_val, y_val = setup
+    zeros = {name: torch.zeros_like(t) for name, t in global_state.items()}
+    base = score_update(model, global_state, zeros, x_val, y_val, metric="likelihood")
+    better = score_update(model, global_state, good, x_val, y_val, metric="likelihood")
+    assert relative_score_int(base, base) == BASE_SCORE  # a free rider gains exactly nothing
+    assert relative_score_int(better, base) == min(MAX_SCORE, BASE_SCORE + round((better - base) * MAX_SCORE))
+    assert relative_score_int(better, base) > BASE_SCORE > relative_score_int(base / 2, base) > 0
+    assert (
+        relative_score_int(1.0, 0.0) == MAX_SCORE and relative_score_int(1e-4, 1.0) == 1
+    )  # clamped, never 0
+
+
+def test_relative_score_of_a_malformed_update_is_zero_and_a_bad_base_raises(setup):
+    model, global_state, _, x_val, y_val = setup
+    for label, update in malformed_updates(global_state).items():
+        if update is None:
+            continue
+        value = score_update(model, global_state, update, x_val, y_val, metric="likelihood")
+        assert relative_score_int(value, 0.5) == 0, label
+    assert relative_score_int(float("nan"), 0.5) == 0
+    with pytest.raises(ValueError):
+        relative_score_int(0.5, float("nan"))
