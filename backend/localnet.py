@@ -40,6 +40,8 @@ class NodeSpec:
     database: str = "sqlite"  # or "mariadb" (MariaDB/MySQL on MARIADB_URL)
     celery: bool = False  # a Celery worker on Redis runs this node's round actions
     attack: str = ""  # test hook: this node's trainer attacks (fl_node.attacks)
+    # test hook: RLIMIT_AS of this node's agent and worker (a victim of memory bombs); None: none
+    memory_limit_bytes: int | None = None
 
 
 @dataclass
@@ -67,8 +69,18 @@ class LocalNode:
 
     def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:
         log = open(self.web.data_dir / log_name, "ab")  # noqa: SIM115 - owned by the child
+        env, limit = self.web.environ(), self.spec.memory_limit_bytes
+        if limit is not None:
+            env.setdefault("MALLOC_ARENA_MAX", "2")  # per-thread arenas would spend the address space
         try:
-            return subprocess.Popen(argv, cwd=REPO_ROOT, env=self.web.environ(), stdout=log, stderr=log)
+            return subprocess.Popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=log,
+                preexec_fn=None if limit is None else _address_space_limit(limit),
+            )
         finally:
             log.close()
 
@@ -308,6 +320,18 @@ class LocalFederation:
                     raise RuntimeError(
                         f"{node.spec.name}'s {what} process exited; logs in {node.web.data_dir}"
                     )
+
+
+def _address_space_limit(limit: int) -> Callable[[], None]:
+    """Run in the child before exec: cap its address space, so a read that tries to hold a
+    bomb fails with MemoryError in that process instead of exhausting the machine."""
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
 
 
 def _raise_for(response: requests.Response) -> None:

@@ -1,0 +1,241 @@
+"""A scripted hostile party with its own key: raw transactions, signed peer requests, crafted blobs.
+
+``HostileMember`` is what a member (or, before it is admitted, an outsider) can do with nothing
+but its private key, the chain's RPC and the other nodes' public endpoints: every transaction
+is signed and sent raw (``hostile_chain.send_raw``: no preflight of ours filters it), every
+peer request is signed with the same key (``RequestSigner``), and blobs are built chunk by
+chunk, so a tree can lie about its spans or repeat a leaf. Tests drive it from the test process
+against real node processes; protocol attacks (a copied update, a silent committee seat, a
+hijacked proposal) can be added as methods next to the ones here.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+
+from backend.ledger.devnet import overlay_of, public_key
+from backend.ledger.resources import Deployment, JobSpec
+from backend.swarm.client import PUSH_PATH
+from backend.swarm.pipeline import store_stream
+from backend.swarm.reference import chunk_address, encode_span
+from backend.swarm.signing import RequestSigner
+from backend.swarm.wire import batch_digest, decode_addresses, encode_batch
+from tests.adversarial.hostile_chain import RAW_GAS, encode_raw, send_raw
+
+MiB = 1 << 20
+BRANCHES = MiB // 32  # references in one full intermediate chunk (unencrypted)
+
+Chunk = tuple[bytes, bytes]
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A node as any member sees it: its endpoint and its chain address (the signed receiver)."""
+
+    url: str
+    address: str
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.chunks: list[Chunk] = []
+
+    def put(self, address: bytes, data: bytes) -> None:
+        self.chunks.append((address, bytes(data)))
+
+
+def framed(span: int, payload: bytes) -> Chunk:
+    """A chunk as stored: its span, its payload, and its address (the hash of both)."""
+    data = encode_span(span) + payload
+    return chunk_address(data), data
+
+
+def blob_chunks(data: bytes) -> tuple[bytes, list[Chunk]]:
+    """An honest chunk tree of ``data`` (unencrypted, as job blobs are): root address, chunks."""
+    sink = _ListSink()
+    reference = store_stream(io.BytesIO(data), sink, encrypt=False)
+    return reference.entry(), sink.chunks
+
+
+def span_bomb() -> tuple[bytes, list[Chunk]]:
+    """A 1 TiB blob from 3 MiB of chunks: a root listing one 32 GiB subtree 32768 times, which
+    lists one 1 MiB leaf 32768 times. Every span is honest; only the size is hostile."""
+    leaf_address, leaf = framed(MiB, b"A" * MiB)
+    inner_address, inner = framed(BRANCHES * MiB, leaf_address * BRANCHES)
+    root_address, root = framed(BRANCHES * BRANCHES * MiB, inner_address * BRANCHES)
+    return root_address, [(leaf_address, leaf), (inner_address, inner), (root_address, root)]
+
+
+def lying_span(claimed: int = 100) -> tuple[bytes, list[Chunk]]:
+    """A root that claims ``claimed`` bytes but lists 32768 leaves of 1 MiB (32 GiB)."""
+    leaf_address, leaf = framed(MiB, b"B" * MiB)
+    root_address, root = framed(claimed, leaf_address * BRANCHES)
+    return root_address, [(leaf_address, leaf), (root_address, root)]
+
+
+@dataclass
+class HostileMember:
+    """One hostile party: a key, the chain it sends to, the contracts it calls."""
+
+    w3: Web3
+    deployment: Deployment
+    account: LocalAccount = field(default_factory=Account.create)
+    sent: list[dict[str, Any]] = field(default_factory=list)  # every receipt, for the report
+    # one sender at a time: threads of one party would otherwise pick the same nonce
+    _sending: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+    @property
+    def signer(self) -> RequestSigner:
+        return RequestSigner(bytes(self.account.key))
+
+    # ------------------------------------------------------------------ raw transactions
+
+    def call(self, contract: str, function: str, *, gas: int = RAW_GAS, **args: Any) -> dict:
+        """Send ``contract.function(**args)`` raw; the receipt (status 0: the contract refused)."""
+        data = encode_raw(contract, function, **args)
+        with self._sending:
+            receipt = send_raw(self.w3, self.account, self.deployment.address(contract), data, gas=gas)
+        self.sent.append({"call": f"{contract}.{function}", "status": int(receipt["status"])})
+        return receipt
+
+    def call_many(self, contract: str, function: str, argsets: Iterable[dict[str, Any]]) -> list[dict]:
+        """Send a burst without waiting between transactions (a flood), then every receipt."""
+        with self._sending:
+            return self._call_many(contract, function, argsets)
+
+    def _call_many(self, contract: str, function: str, argsets: Iterable[dict[str, Any]]) -> list[dict]:
+        base = self.w3.eth.get_block("latest").get("baseFeePerGas") or 0
+        nonce = self.w3.eth.get_transaction_count(self.address, "pending")
+        hashes = []
+        for offset, args in enumerate(argsets):
+            tx = {
+                "to": self.deployment.address(contract),
+                "data": encode_raw(contract, function, **args),
+                "gas": RAW_GAS,
+                "nonce": nonce + offset,
+                "chainId": self.w3.eth.chain_id,
+                "value": 0,
+                "maxFeePerGas": 4 * base + 10**9,
+                "maxPriorityFeePerGas": 10**9,
+            }
+            hashes.append(self.w3.eth.send_raw_transaction(self.account.sign_transaction(tx).raw_transaction))
+        receipts = [dict(self.w3.eth.wait_for_transaction_receipt(h, timeout=120)) for h in hashes]
+        self.sent.extend({"call": f"{contract}.{function}", "status": int(r["status"])} for r in receipts)
+        return receipts
+
+    def register_node(self, name: bytes | str, endpoint: bytes | str) -> dict:
+        return self.call(
+            "NodeRegistry",
+            "registerNode",
+            name=name,
+            endpoint=endpoint,
+            pubkey=public_key(self.account),
+            overlay=overlay_of(self.address),
+        )
+
+    def register_dataset(self, samples: int, privacy_cap: int = 50_000_000) -> int:
+        receipt = self.call(
+            "DataRegistry",
+            "registerDataset",
+            contentHash=os.urandom(32),
+            swarmRef=os.urandom(32),
+            schemaHash=os.urandom(32),
+            samples=samples,
+            privacyCap=privacy_cap,
+        )
+        assert receipt["status"] == 1, receipt
+        # DatasetRegistered(uint256 indexed datasetId, ...): the id is the first indexed topic
+        log = next(entry for entry in receipt["logs"] if len(entry["topics"]) > 1)
+        return int.from_bytes(bytes(log["topics"][1]), "big")
+
+    def join(self, job_id: int, dataset_id: int) -> dict:
+        return self.call("FederatedLearning", "join", jobId=job_id, datasetId=dataset_id)
+
+    def spend(self, job_id: int, round_: int, amount: int) -> dict:
+        return self.call("FederatedLearning", "spendPrivacy", jobId=job_id, round=round_, amount=amount)
+
+    def submit_update(self, job_id: int, round_: int, reference: bytes, samples: int) -> dict:
+        return self.call(
+            "FederatedLearning",
+            "submitUpdate",
+            jobId=job_id,
+            round=round_,
+            modelRef=reference,
+            contentHash=os.urandom(32),
+            samples=samples,
+            spend=0,  # submitUpdate's folded privacy spend (issue 14): none here
+        )
+
+    def propose_job(self, spec: JobSpec) -> tuple[dict, int | None]:
+        """Propose ``spec`` as is; the receipt and the new job's id (None if refused)."""
+        receipt = self.call("FederatedLearning", "proposeJob", spec=spec.as_abi())
+        if receipt["status"] != 1:
+            return receipt, None
+        log = next(entry for entry in receipt["logs"] if len(entry["topics"]) > 1)
+        return receipt, int.from_bytes(bytes(log["topics"][1]), "big")
+
+    def job_state(self, job_id: int) -> dict[str, Any]:
+        """getJob as a dict (status, round, phase, maxSpendPerRound, ...), read with a plain call."""
+        from backend.ledger.artifacts import load_artifact
+
+        abi = load_artifact("FederatedLearning").abi
+        contract = self.w3.eth.contract(address=self.deployment.address("FederatedLearning"), abi=abi)
+        getter = next(i for i in abi if i["type"] == "function" and i["name"] == "getJob")
+        names = [c["name"] for c in getter["outputs"][0]["components"]]
+        return dict(zip(names, contract.functions.getJob(job_id).call(), strict=True))
+
+    # ------------------------------------------------------------------ signed peer requests
+
+    def peer_post(
+        self,
+        peer: Peer,
+        path: str,
+        body: bytes,
+        *,
+        receiver: str | None = None,
+        digest: str | None = None,
+        timeout: float = 60,
+    ) -> requests.Response:
+        """A request signed with this key, for ``receiver`` (default: the peer it is sent to)."""
+        headers = self.signer.headers("POST", path, body, receiver=receiver or peer.address, digest=digest)
+        return requests.post(
+            peer.url + path, data=body, headers=headers, timeout=timeout, allow_redirects=False
+        )
+
+    def push(self, peer: Peer, chunks: Sequence[Chunk]) -> set[bytes]:
+        """Push chunks (as any member's upload would); the addresses the peer acknowledged."""
+        acked: set[bytes] = set()
+        batch: list[Chunk] = []
+        size = 0
+        for chunk in list(chunks) + [None]:  # type: ignore[list-item]
+            if chunk is not None:
+                batch.append(chunk)
+                size += len(chunk[1])
+            if batch and (chunk is None or size >= 6 * MiB):
+                body = encode_batch(batch)
+                response = self.peer_post(peer, PUSH_PATH, body, digest=batch_digest(body))
+                response.raise_for_status()
+                acked |= set(decode_addresses(response.content))
+                batch, size = [], 0
+        return acked
+
+    def store_everywhere(self, peers: Sequence[Peer], chunks: Sequence[Chunk]) -> None:
+        """Put a crafted tree on every node, so each one finds it locally (no retrieval needed)."""
+        for peer in peers:
+            acked = self.push(peer, chunks)
+            missing = {address for address, _ in chunks} - acked
+            assert not missing, f"{peer.url} did not take {len(missing)} chunks"
