@@ -23,6 +23,7 @@ const routes = {
   'GET /api/jobs': () => [job],
   'GET /api/jobs/7': () => job,
   'GET /api/jobs/7/rounds': () => roundsOverTime[Math.min(roundsCalls++, roundsOverTime.length - 1)],
+  'GET /api/jobs/7/tasks': () => ({ job_id: 7, priority: 0, tasks: [] }),
   'GET /api/datasets': () => ({ count: 1, results: [dataset] }),
   'GET /api/datasets/1': () => dataset,
   'GET /api/datasets/1/grants': () => [{ node: '0xb0b0000000000000000000000000000000000002', tx_hash: '0x' + 'ab'.repeat(32), revoked: revoked ? '2026-11-29T11:00:00Z' : null }],
@@ -63,7 +64,7 @@ try {
   current = 'job page'
   await settled(page, '[data-test=job-page]')
   await page.evaluate(() => (window.__deflNotReloaded = true))
-  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, 'the main menu does not show its four pages')
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, 'the main menu does not show its five pages')
   check(failures, (await page.locator('[data-test=job-epsilon-max]').innerText()).includes('2.310'), "the job's maximum ε is not shown")
   check(failures, (await page.locator('[data-test=participants-table] [data-test=participant-epsilon]').allInnerTexts()).join(' ').startsWith('2.250 2.310 2.200'), "the participants' ε are not shown")
   check(failures, (await page.locator('[data-test=cancel-job]').count()) === 1, 'the proposer is not offered Cancel')
@@ -135,7 +136,7 @@ try {
   await page.waitForTimeout(400)
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
   check(failures, overflow <= 1, `the job page is ${overflow} px wider than a phone`)
-  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, 'the phone menu hides sections')
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, 'the phone menu hides sections')
   await shots.shot(page, 'mocked-job-phone')
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)

@@ -64,7 +64,7 @@ try {
       await page.waitForURL((url) => url.pathname === '/datasets', { timeout: 20000 })
     }
     check(failures, (await page.locator('[data-test=role]').innerText()).trim() === role, `${role}: header shows the wrong role`)
-    check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, `${role}: the main menu does not show its four pages`)
+    check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, `${role}: the main menu does not show its five pages`)
 
     if (role === 'viewer') {
       // The main menu is reachable and usable from the keyboard.
@@ -141,7 +141,7 @@ try {
       await page.setViewportSize(TABLET)
       await visit(role, 'overview-tablet', '/', '[data-test=overview-page]')
       await visit(role, 'datasets-tablet', '/datasets', '[data-test=datasets-page]')
-      // A phone: all four sections stay visible in the menu, and no page is wider than the screen.
+      // A phone: all five sections stay visible in the menu, and no page is wider than the screen.
       await page.setViewportSize(PHONE)
       for (const [path, name, selector] of [
         ['/', 'overview', '[data-test=overview-page]'],
@@ -149,7 +149,7 @@ try {
         ['/jobs', 'jobs', '[data-test=jobs-page]'],
         ['/models', 'models', '[data-test=models-page]'],
       ]) {
-        check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 4, `${role} phone: the menu hides sections`)
+        check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, `${role} phone: the menu hides sections`)
         await visit(role, `${name}-phone`, path, selector)
         const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
         check(failures, overflow <= 1, `${role} phone ${path}: the page is ${overflow} px wider than the screen`)
