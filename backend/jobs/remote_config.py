@@ -287,6 +287,13 @@ def _check_model_size(config: JobConfig, limits: NodeLimits) -> None:
         f"its model has {size} parameters and buffers, more than this node's limit of "
         f"{limits.max_model_params} (DEFL_MAX_MODEL_PARAMS)",
     )
+    # Its sparse tables (fl_node.sparse) must be tensors of 2+ dims of its model: the trainer
+    # draws their public rows every round.
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    bad = [name for name in config.sparse.tables if len(shapes.get(name, ())) < 2]
+    _require(
+        not bad, f"its sparse.tables name {', '.join(bad[:4])[:200]}: not tensors of 2+ dims of its model"
+    )
 
 
 def local_schema(datasets: Sequence) -> LocalSchema | None:

@@ -67,10 +67,11 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
         raise InvalidInput(
             f"cannot build model {config.model!r} for this data: {exc}", field="model"
         ) from None
-    unknown = sorted(set(config.sparse.tables) - set(model.state_dict()))
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    unknown = [name for name in config.sparse.tables if len(shapes.get(name, ())) < 2]
     if unknown:
         raise InvalidInput(
-            f"sparse.tables names tensors the model does not have: {', '.join(unknown)}",
+            f"sparse.tables names what is not a tensor of 2+ dims of the model: {', '.join(unknown)}",
             field="sparse.tables",
         )
     return config

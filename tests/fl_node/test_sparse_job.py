@@ -128,3 +128,48 @@ def test_public_rows_are_kept_only_for_private_jobs():
         one["0.weight"], two["0.weight"]
     )
     assert one["0.weight"][:5].tolist() == [0, 1, 2, 3, 4]  # the head of the vocabulary, then a draw
+
+
+def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined():
+    """Another node's config names the tables: the trainer draws their rows each round, so check them first."""
+    from types import SimpleNamespace
+
+    from backend.jobs import chain
+    from backend.jobs.remote_config import NodeLimits, RemoteConfigRejected, check_remote_config
+
+    limits = NodeLimits(
+        max_model_params=2_000_000,
+        max_batch_size=1024,
+        max_local_epochs=20,
+        max_rounds=100,
+        max_period_s=86_400,
+    )
+
+    def check(sparse: SparseConfig) -> None:
+        job_config = config(
+            input_shape=(64,),
+            num_classes=10,
+            schema_hash="ab" * 32,
+            dp=DPConfig(mode="sgd", target_epsilon=5.0),
+            sparse=sparse,
+            round_timeout_s=300,
+            score_timeout_s=120,
+        )
+        spec = SimpleNamespace(
+            job_id=7,
+            rounds=job_config.rounds,
+            committee_size=job_config.committee_size,
+            top_k=job_config.top_k,
+            min_trainers=job_config.min_trainers,
+            use_blocks=False,
+            join_deadline=0,
+            train_period=300,
+            score_period=120,
+            max_spend_per_round=chain.planned_spend_bound(job_config),
+        )
+        check_remote_config(spec, job_config, limits=limits, schema=None, now=None)
+
+    check(SparseConfig(tables=("1.weight",), public_rows=8))  # mlp: Flatten, Linear(64, 128), ...
+    for tables in (("1.bias",), ("no.such",)):
+        with pytest.raises(RemoteConfigRejected, match="sparse.tables"):
+            check(SparseConfig(tables=tables, public_rows=8))

@@ -237,6 +237,7 @@ def test_the_job_and_its_rounds_show_honest_privacy(pair, operator_client, viewe
         ({"tables": ["x"] * 65}, "sparse"),
         ({"tables": ["0.weight", "0.weight"]}, "sparse"),
         ({"tables": ["no.such.tensor"]}, "sparse.tables"),
+        ({"tables": ["1.bias"]}, "sparse.tables"),  # a vector is no table
         ({"public_rows": -1}, "sparse"),
         ({"public_rows": 10}, "sparse.public_rows"),  # restricts rows of no table
     ],
@@ -269,3 +270,37 @@ def test_the_sparse_policy_reaches_the_canonical_config_on_chain(pair, operator_
     kept = config.kept_rows(config.build_model().state_dict(), 1)
     assert set(kept) == {"1.weight", "3.weight"}
     assert len(kept["1.weight"]) == 16 and len(kept["3.weight"]) == 10  # a 10-row table keeps all
+
+
+def test_a_text_job_with_public_rows_can_be_joined(db, operator_client, monkeypatch):
+    """Token ids stored as float32 features; the sparse policy survives create, fetch and join."""
+    import numpy as np
+
+    from fl_node.data import load_dataset
+
+    nodes = make_nodes(2, seed="jobs-api-text")
+    corpus = load_dataset("zipf_text", seed=0, num_samples=600, vocab_size=2_000, num_classes=10)
+    x, y = corpus.train.x.astype(np.float32), corpus.train.y
+    datasets = [
+        add_dataset(node, monkeypatch, x[i::2], y[i::2], name=f"text-{i}") for i, node in enumerate(nodes)
+    ]
+    sparse = {"encoding": "auto", "tables": ["embedding.weight"], "public_rows": 100}
+    request = job_request(
+        datasets[0].pk,
+        model="text",
+        model_options={"vocab_size": 2_000, "embed_dim": 8},
+        strategy="hybrid",
+        strategy_params={"sparse_names": ["embedding.weight"]},
+        sparse=sparse,
+    )
+    with acting_as(nodes[0], monkeypatch):
+        response = operator_client.post("/api/jobs", request, format="json")
+        assert response.status_code == 201, response.content
+        job = response.json()
+    for node, dataset in zip(nodes, datasets, strict=True):
+        with acting_as(node, monkeypatch):
+            joined = operator_client.post(
+                f"/api/jobs/{job['id']}/join", {"dataset": dataset.pk}, format="json"
+            )
+            assert joined.status_code == 200, joined.content
+    assert job["config"]["sparse"] == sparse | {"link_mbit": 100.0}

@@ -43,16 +43,17 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
         first_of_hash.setdefault(updates[trainer].content_hash.lower(), trainer)
     accepted = list(first_of_hash.values())
     bound = blobs.update_max_bytes(global_state)
-    fetched = [
-        (updates[t], blobs.get_checked(ctx, updates[t].reference, updates[t].content_hash, max_bytes=bound))
-        for t in accepted
-    ]
+    spec = update_spec(global_state)
+    weighted = []
+    for trainer in accepted:
+        # One encoded update in memory at a time: each is decoded once fetched and its bytes dropped
+        # (an update at full density of a large model is as large as the model).
+        row = updates[trainer]
+        blob = blobs.get_checked(ctx, row.reference, row.content_hash, max_bytes=bound)
+        with timing.part(timing.AGGREGATE):
+            weighted.append(WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash))
+        del blob
     with timing.part(timing.AGGREGATE):
-        spec = update_spec(global_state)
-        weighted = [
-            WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash)
-            for row, blob in fetched
-        ]
         if weighted:
             strategy = get_strategy(config.strategy, **config.strategy_params)
             new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
@@ -64,7 +65,7 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
         ctx.address,
         job.job_id,
         round_,
-        {row.trainer: w.update for (row, _), w in zip(fetched, weighted, strict=True)},
+        {updates[t].trainer: w.update for t, w in zip(accepted, weighted, strict=True)},
     )
     result = ("0x" + content_hash(data), data)
     workspace.remember_model(result[0], data)  # registering the fixed model needs no fetch
