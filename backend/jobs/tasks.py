@@ -10,6 +10,7 @@ from celery.utils.nodenames import worker_direct
 from django.conf import settings
 from django.db import close_old_connections
 
+from backend.cluster import registry
 from backend.cluster import runner as cluster_runner
 from backend.jobs.context import current_node
 from backend.jobs.driver import actions, priority, warmup
@@ -94,6 +95,14 @@ def _run_in_background(ctx, due: Due) -> None:
 
 
 @worker_ready.connect
-def _release_lost_claims(**_kwargs) -> None:
-    """A node runs one worker process: whatever it was running before it (re)started is lost."""
+def _release_lost_claims(sender=None, **_kwargs) -> None:
+    """The node's only worker (re)started: whatever it was running is lost, release it now.
+
+    With other live workers (backend.cluster) their running actions are theirs: nothing is
+    released here, and an action lost with a crashed worker is taken again once its lease expires.
+    """
+    others = registry.live_workers().exclude(name=getattr(sender, "hostname", "")).exclude(queue="")
+    if others.exists():
+        logger.info("other workers are live: their running actions are kept")
+        return
     actions.release_lost_claims(current_node())

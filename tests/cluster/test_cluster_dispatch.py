@@ -71,3 +71,19 @@ def test_with_a_broker_training_goes_to_the_queue_of_the_worker_it_was_placed_on
     first = Task.objects.get(job_id=4, round=1)
     assert (first.worker.name, first.amount) == ("w2@b", 1)  # its core held while it is in flight
     assert "placed on w2@b cpu" in first.log
+
+
+def test_a_starting_worker_keeps_the_running_actions_of_other_live_workers(settings, monkeypatch):
+    monkeypatch.setattr(job_tasks, "current_node", lambda: NODE)
+    running = _action(5, 1)
+    RoundAction.objects.filter(pk=running.pk).update(state=RoundAction.State.RUNNING)
+    registry.register("w1@a", queue="w1@a")  # busy with job 5's training
+    registry.register("w2@b", queue="w2@b")
+    job_tasks._release_lost_claims(sender=SimpleNamespace(hostname="w2@b"))
+    running.refresh_from_db()
+    assert running.state == RoundAction.State.RUNNING
+    # The node's only worker restarting: what it ran is lost and released at once.
+    registry.stopped("w1@a")
+    job_tasks._release_lost_claims(sender=SimpleNamespace(hostname="w2@b"))
+    running.refresh_from_db()
+    assert running.state == RoundAction.State.WAITING

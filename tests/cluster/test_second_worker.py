@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 
 import pytest
 import redis
@@ -57,22 +58,9 @@ def node(tmp_path):
     web.start(wait_s=120)
     workers: list[subprocess.Popen] = []
 
-    def start_worker(name: str, cores: int) -> subprocess.Popen:
+    def start_worker(name: str, cores: int, pool: tuple[str, ...] = ("--pool", "solo")) -> subprocess.Popen:
         # README: the command that adds a worker (here with its own core count, as another machine).
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "backend",
-            "worker",
-            "-n",
-            name,
-            "--pool",
-            "solo",
-            "-l",
-            "info",
-        ]
+        argv = [sys.executable, "-m", "celery", "-A", "backend", "worker", "-n", name, *pool, "-l", "info"]
         environ = web.environ() | {"DEFL_CLUSTER_CPU_CORES": str(cores), "DEFL_CLUSTER_HEARTBEAT_S": "1"}
         log = open(web.data_dir / f"{name.split('@')[0]}.log", "ab")  # noqa: SIM115 - the child owns it
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=environ, stdout=log, stderr=log)
@@ -115,7 +103,8 @@ def test_a_second_worker_appears_with_its_slots_and_runs_tasks_placed_on_it(node
     _wait("the first worker in the cluster view", lambda: first in _live_workers(node))
     assert second not in _live_workers(node)
 
-    w2 = node.start_worker(second, 3)
+    # The second worker runs up to 3 tasks at once: several jobs share its CPU slot.
+    w2 = node.start_worker(second, 3, ("--pool", "threads", "--concurrency", "3"))
     workers = _wait(
         "the second worker in the cluster view", lambda: (w := _live_workers(node)) and second in w and w
     )
@@ -123,20 +112,26 @@ def test_a_second_worker_appears_with_its_slots_and_runs_tasks_placed_on_it(node
     assert [(s["device"], s["capacity"], s["used"]) for s in slots if s["kind"] == "cpu"] == [("cpu", 3, 0)]
     assert workers[second]["queue"] == second and workers[second]["pid"] == w2.pid
 
-    # Two probe tasks, placed greedily: the first on w2 (3 free cores beat 1), the second on w1
-    # (1 of 1 free beats 2 of 3). Each goes to its worker's own queue and runs there.
+    # Three probe tasks, placed greedily: the first on w2 (3 free cores beat 1), the second on w1
+    # (1 of 1 free beats 2 of 3), the third on w2 again (2 of 3 beat none). Each goes to its
+    # worker's own queue and runs there; w2's two share its CPU at the same time.
     out = node.manage(
-        "cluster", "probe", "--count", "2", "--seconds", "0.2", "--wait", str(WAIT_S), timeout=WAIT_S + 60
+        "cluster", "probe", "--count", "3", "--seconds", "2", "--wait", str(WAIT_S), timeout=WAIT_S + 60
     )
-    assert "succeeded" in out.stdout, out.stdout + out.stderr
+    assert out.stdout.count("succeeded") == 3, out.stdout + out.stderr
     tasks = requests.get(
         f"{node.url}/api/jobs/0/tasks", headers={"Authorization": f"Token {node.token}"}, timeout=30
     )
     ran = {t["round"]: t for t in tasks.json()["tasks"]}
-    assert len(ran) == 2 and all(t["state"] == "succeeded" for t in ran.values()), ran
+    assert len(ran) == 3 and all(t["state"] == "succeeded" for t in ran.values()), ran
     by_round = sorted(ran.values(), key=lambda t: t["round"])
-    assert [t["worker"] for t in by_round] == [second, first]
+    assert [t["worker"] for t in by_round] == [second, first, second]
     assert all(t["device"] == "cpu" and t["attempts"] == 1 for t in by_round)
+    shared = [by_round[0], by_round[2]]
+    moment = lambda text: datetime.fromisoformat(text.replace("Z", "+00:00"))  # noqa: E731
+    assert max(moment(t["started_at"]) for t in shared) < min(moment(t["finished_at"]) for t in shared), (
+        shared
+    )
     assert "GFLOP/s" in by_round[0]["log"] and second in by_round[0]["log"]
     # The slots are free again once the probes ended.
     after = _live_workers(node)
