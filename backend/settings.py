@@ -193,6 +193,9 @@ DEFL_SWARM_MIN_REPLICAS = env_int("DEFL_SWARM_MIN_REPLICAS", 0)
 DEFL_SWARM_CLOCK_SKEW_S = env_int("DEFL_SWARM_CLOCK_SKEW_S", 60)
 # fsync every chunk file and directory (atomic + durable); off only for throwaway test stores.
 DEFL_SWARM_FSYNC = env_bool("DEFL_SWARM_FSYNC", True)
+# Seconds between a node's scheduled repairs of every chunk it holds (its agent runs them; 0: off),
+# so a storage node lost for good is made up for without anyone asking (backend/swarm/repair_schedule.py).
+DEFL_SWARM_REPAIR_INTERVAL_S = env_int("DEFL_SWARM_REPAIR_INTERVAL_S", 900)
 DEFL_SWARM_TIMEOUT_S = env_int("DEFL_SWARM_TIMEOUT_S", 30)
 # Largest peer request body (a push batch) a node reads.
 DEFL_SWARM_MAX_BATCH_BYTES = env_int("DEFL_SWARM_MAX_BATCH_BYTES", 64 << 20)

@@ -53,5 +53,9 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     poll = settings.DEFL_AGENT_POLL
+    # Re-replicate this node's chunks every DEFL_SWARM_REPAIR_INTERVAL_S (backend/swarm/repair_schedule.py).
+    from backend.swarm.repair_schedule import start_repair_schedule
+
+    start_repair_schedule(stop)
     agent.run_forever(ctx, dispatch, interval=interval, poll=poll, stop=stop, on_tick=report)
     command.stdout.write("agent stopped")
