@@ -175,3 +175,22 @@ def test_log_is_bounded(settings):
     runner.run(16, 1, chatty)
     task = Task.objects.get(job_id=16, round=1)
     assert len(task.log) <= LOG_LIMIT and task.log.endswith("s\n")
+
+
+def test_gpu_slots_account_memory_and_auto_demands_fall_back_to_the_cpu(settings):
+    """A GPU slot's capacity is its memory (MB): tasks hold what they declared until it is full.
+    (The slot row is made by hand: the test machine may have no GPU.)"""
+    worker = _worker(settings, "gpu@box", 2)
+    gpu = DeviceSlot.objects.create(
+        worker=worker, kind=DeviceSlot.Kind.CUDA, index=0, name="H100", capacity=10_000
+    )
+    demand = TaskDemand(kind="auto", cores=1, gpu_memory_mb=4_000)
+    tasks = [runner.enqueue(50, r) for r in range(1, 5)]
+    kinds = [placement.reserve(task, demand).kind for task in tasks]
+    assert kinds == ["cuda", "cuda", "cpu", "cpu"]  # 2 x 4000 MB fit in 10000; then the CPU
+    gpu.refresh_from_db()
+    assert (gpu.used, gpu.running, gpu.free, round(gpu.load, 2)) == (8_000, 2, 2_000, 0.8)
+    placement.release(tasks[0])
+    gpu.refresh_from_db()
+    assert gpu.used == 4_000
+    assert placement.reserve(runner.enqueue(50, 9), TaskDemand(kind="cuda", gpu_memory_mb=6_001)) is None
