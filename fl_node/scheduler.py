@@ -16,7 +16,8 @@ several jobs' local-training tasks share a slot while their demands fit its capa
   (:func:`fl_node.privacy_plan.train_release`, more steps cost more) are computed from.
 
 Stable API (imported by ``backend``): ``Device``, ``DeviceSlot``, ``TaskDemand``,
-``discover_devices``, ``slots_for``, ``place``, ``AimdConfig``, ``AimdController``,
+``discover_devices``, ``slots_for``, ``place``, ``AimdConfig``, ``AimdController`` (``observe``,
+``state`` / ``restore`` to keep it between rounds),
 ``processed_samples``.
 """
 
@@ -280,6 +281,35 @@ class AimdController:
             self.slow_start = False
         self.steps = min(cfg.upper, max(cfg.min_steps, proposed))
         return self.steps
+
+    def state(self) -> dict[str, object]:
+        """The controller's state as JSON-able values, to keep between rounds (e.g. in a database)."""
+        return {
+            "steps": self.steps,
+            "slow_start": self.slow_start,
+            "step_time": self.step_time,
+            "deviation": self.deviation,
+        }
+
+    @classmethod
+    def restore(cls, config: AimdConfig, state: dict[str, object]) -> AimdController:
+        """A controller continuing from :meth:`state`; out-of-range values are refused or clamped."""
+        controller = cls(config)
+        steps = state.get("steps", config.base_steps)
+        if not isinstance(steps, int) or isinstance(steps, bool):
+            raise ValueError(f"steps must be an integer, got {steps!r}")
+        controller.steps = min(config.upper, max(config.min_steps, steps))
+        controller.slow_start = bool(state.get("slow_start", True))
+        step_time = state.get("step_time")
+        deviation = state.get("deviation", 0.0)
+        if step_time is not None:
+            if not isinstance(step_time, int | float) or not (math.isfinite(step_time) and step_time > 0):
+                raise ValueError(f"step_time must be a positive number, got {step_time!r}")
+            controller.step_time = float(step_time)
+        if not isinstance(deviation, int | float) or not (math.isfinite(deviation) and deviation >= 0):
+            raise ValueError(f"deviation must be a non-negative number, got {deviation!r}")
+        controller.deviation = float(deviation)
+        return controller
 
 
 def processed_samples(steps: int, batch_size: int, *, max_steps: int) -> int:

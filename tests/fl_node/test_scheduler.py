@@ -247,3 +247,19 @@ def test_fixed_plan_is_unchanged_and_refuses_extra_steps():
         train_release(plan, 11)
     with pytest.raises(ValueError, match="max_local_steps"):
         _plan(max_local_steps=0)
+
+
+def test_aimd_state_round_trips_and_rejects_bad_values():
+    cfg = AimdConfig(base_steps=10)
+    controller = AimdController(cfg)
+    for seconds in (0.5, 0.7, 0.6):
+        controller.observe(steps=controller.steps, seconds=seconds, target_seconds=4.0)
+    restored = AimdController.restore(cfg, controller.state())
+    assert restored.state() == controller.state()
+    assert restored.observe(steps=restored.steps, seconds=1.0, target_seconds=4.0) == controller.observe(
+        steps=controller.steps, seconds=1.0, target_seconds=4.0
+    )
+    assert AimdController.restore(cfg, {"steps": 10**9}).steps == cfg.upper
+    for bad in ({"steps": "7"}, {"step_time": -1.0}, {"deviation": math.nan}):
+        with pytest.raises(ValueError):
+            AimdController.restore(cfg, bad)
