@@ -227,3 +227,52 @@ def relative_score_int(value: float, base_value: float) -> int:
         raise ValueError("the base model's score is not a number")
     gain = round((value - base_value) * MAX_SCORE)
     return min(MAX_SCORE, max(1, BASE_SCORE + gain))
+
+
+def scaled_update(update: bytes | Update, global_state: Mapping[str, Tensor], scale: float) -> Update | None:
+    """``scale`` times the update's float tensors (dense), or None for a malformed update."""
+    if not 0.0 < scale <= 1.0:
+        raise ValueError(f"scale must be in (0, 1], got {scale}")
+    dense = _as_update(update, global_state)
+    if dense is None:
+        return None
+    return {name: value * scale for name, value in dense.items()}
+
+
+def relative_update_score(
+    model: nn.Module,
+    global_state: Mapping[str, Tensor],
+    update: bytes | Update,
+    x_val: Tensor,
+    y_val: Tensor,
+    *,
+    base_value: float,
+    scale: float = 1.0,
+    batch_size: int = 512,
+    metric: str = "likelihood",
+    noise_multiplier: float | None = None,
+    randomness: NoiseSource | None = None,
+) -> int:
+    """A committee member's relative on-chain score of one update (see the module docstring).
+
+    ``base_value`` is this member's :func:`score_update` of the unchanged global model (a zero
+    update, same data, metric and noise), computed once per round; the member submits
+    :data:`BASE_SCORE` as its base score. ``scale`` is the share of the update evaluated (1 /
+    top_k: the weight it would have in the average, so that a non-IID update is judged by the step
+    it would make). A malformed update scores 0.
+    """
+    scaled = scaled_update(update, global_state, scale)
+    if scaled is None:
+        return 0
+    value = score_update(
+        model,
+        global_state,
+        scaled,
+        x_val,
+        y_val,
+        batch_size=batch_size,
+        metric=metric,
+        noise_multiplier=noise_multiplier,
+        randomness=randomness,
+    )
+    return relative_score_int(value, base_value)

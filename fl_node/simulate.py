@@ -20,7 +20,7 @@ import torch
 
 from fl_node.aggregate import WeightedUpdate
 from fl_node.attacks import Attack, boost_to_bound, choose_attackers, parse_attack_spec
-from fl_node.codec import CodecError, content_hash, decode_update, densify, update_spec
+from fl_node.codec import content_hash, decode_update, update_spec
 from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round, score_to_int
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.local_round import local_round
@@ -38,7 +38,7 @@ from fl_node.robust import (
     median_norm,
     within_norm_bound,
 )
-from fl_node.score import BASE_SCORE, relative_score_int, score_update
+from fl_node.score import BASE_SCORE, relative_score_int, scaled_update, score_update
 from fl_node.secure_random import SecureRandom
 from fl_node.sparse import SparsePolicy, encode_with_policy
 from fl_node.train import TrainConfig, evaluate, train_local
@@ -531,7 +531,9 @@ def _committee_round(
 
         def evaluate_one(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> float:
             if config.score_scale != 1.0:
-                blob = scaled_update(blob, spec, config.score_scale)
+                blob = scaled_update(blob, global_state, config.score_scale)
+                if blob is None:  # malformed
+                    return 0.0
             return score_update(
                 scratch,
                 global_state,
@@ -567,16 +569,6 @@ def _committee_round(
         base_scores=base_scores if config.margin is not None else None,
         margin=config.margin or 0,
     )
-
-
-def scaled_update(blob, spec, scale: float):
-    """The update a member evaluates: ``scale`` times the submitted one (malformed bytes stay as they
-    are, so that scoring rejects them)."""
-    try:
-        update = decode_update(blob, spec) if isinstance(blob, bytes | bytearray | memoryview) else blob
-    except CodecError:
-        return blob
-    return {k: densify(v) * scale for k, v in update.items()}
 
 
 def _job_epsilon(histories, config: SimulationConfig, accountant) -> float:

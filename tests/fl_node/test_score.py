@@ -8,7 +8,13 @@ from torch import nn
 
 from fl_node.codec import SparseRows, encode_update
 from fl_node.committee import MAX_SCORE, score_to_int
-from fl_node.score import BASE_SCORE, relative_score_int, score_update, score_update_int
+from fl_node.score import (
+    BASE_SCORE,
+    relative_score_int,
+    relative_update_score,
+    score_update,
+    score_update_int,
+)
 
 
 class TinyClassifier(nn.Module):
@@ -204,3 +210,33 @@ def test_relative_score_of_a_malformed_update_is_zero_and_a_bad_base_raises(setu
     assert relative_score_int(float("nan"), 0.5) == 0
     with pytest.raises(ValueError):
         relative_score_int(0.5, float("nan"))
+
+
+def test_relative_update_score_evaluates_the_update_at_its_share_and_rejects_malformed_ones(setup):
+    model, global_state, good, x_val, y_val = setup
+    zeros = {name: torch.zeros_like(t) for name, t in global_state.items()}
+    base = score_update(model, global_state, zeros, x_val, y_val, metric="likelihood")
+    quarter = {name: value / 4 for name, value in good.items()}
+    expected = relative_score_int(
+        score_update(model, global_state, quarter, x_val, y_val, metric="likelihood"), base
+    )
+    got = relative_update_score(
+        model, global_state, encode_update(good), x_val, y_val, base_value=base, scale=0.25
+    )
+    assert got == expected
+    full = relative_update_score(model, global_state, good, x_val, y_val, base_value=base)
+    assert full == relative_score_int(
+        score_update(model, global_state, good, x_val, y_val, metric="likelihood"), base
+    )
+    assert full > BASE_SCORE  # the teacher's model is better than the random one
+    assert (
+        relative_update_score(model, global_state, zeros, x_val, y_val, base_value=base, scale=0.25)
+        == BASE_SCORE
+    )
+    for label, update in malformed_updates(global_state).items():
+        if update is not None:
+            assert relative_update_score(model, global_state, update, x_val, y_val, base_value=base) == 0, (
+                label
+            )
+    with pytest.raises(ValueError):
+        relative_update_score(model, global_state, good, x_val, y_val, base_value=base, scale=0.0)
