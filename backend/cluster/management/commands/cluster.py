@@ -73,9 +73,8 @@ class Command(BaseCommand):
                 break
             time.sleep(0.2)
         failed = 0
-        for task in Task.objects.filter(kind=Task.Kind.PROBE, round__in=rounds).select_related(
-            "worker", "slot"
-        ):
+        probes = Task.objects.filter(kind=Task.Kind.PROBE, round__in=rounds).order_by("round")
+        for task in probes.select_related("worker", "slot"):
             where = f"{task.worker.name if task.worker else '?'} {task.slot.device_name if task.slot else ''}"
             self.stdout.write(
                 f"probe {task.round}: {task.state} on {where.strip()} ({task.duration_s or 0:.2f} s)"
