@@ -95,6 +95,7 @@ def sign_majority_mask(
     updates: Iterable[Mapping[str, torch.Tensor]],
     *,
     mode: str = "zero",
+    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
 ) -> dict[str, torch.Tensor] | None:
     """Per coordinate of the aggregate's ``step``, a factor (float32): 1 where more voting
     ``updates`` move that coordinate in the step's direction than leave it at exactly 0, and more
@@ -104,23 +105,30 @@ def sign_majority_mask(
     Comparing the step's backers with each of the other two camps (rather than the net sum of
     signs against a fixed threshold, as the robust learning rate does) keeps a minority of
     contrarians from vetoing what the honest trainers agree on, and still refuses what only a
-    minority moves: honest updates that leave a coordinate at exactly 0 count against it."""
+    minority moves: honest updates that leave a coordinate at exactly 0 count against it.
+    ``witnesses`` (updates the committee judged harmful) count only where they are exactly 0: a
+    sabotaging update neither backs nor opposes, but an honest one wrongly judged harmful still
+    testifies that its data never moves a trigger's weights."""
     if mode not in ("flip", "zero"):
         raise ValueError(f"sign majority mode must be 'flip' or 'zero', got {mode!r}")
     names = sorted(step)
     voters = _voting(updates, names)
     if not voters:
         return None
+    others = _voting(witnesses, names)
     other = torch.tensor(-1.0 if mode == "flip" else 0.0)
     mask = {}
     for name in names:
         direction = torch.sign(densify(step[name])).to(torch.int8)
         backing = torch.zeros(direction.shape, dtype=torch.int32)
+        opposing = torch.zeros(direction.shape, dtype=torch.int32)
         still = torch.zeros(direction.shape, dtype=torch.int32)
         for voter in voters:
             backing += (voter[name] == direction) & (direction != 0)
+            opposing += (voter[name] == -direction) & (direction != 0)
             still += voter[name] == 0
-        opposing = len(voters) - backing - still
+        for witness in others:
+            still += witness[name] == 0
         mask[name] = torch.where((backing > still) & (backing > opposing), torch.tensor(1.0), other)
     return mask
 
@@ -148,15 +156,17 @@ def apply_sign_majority(
     updates: Iterable[Mapping[str, torch.Tensor]],
     *,
     mode: str = "zero",
+    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
 ) -> dict[str, torch.Tensor]:
-    """``new`` with its step from ``old`` masked by :func:`sign_majority_mask` over ``updates``:
-    ``old + mask * (new - old)`` for every tensor the updates carry; the rest of ``new`` as it is."""
+    """``new`` with its step from ``old`` masked by :func:`sign_majority_mask` over ``updates``
+    (and ``witnesses``): ``old + mask * (new - old)`` for every tensor the updates carry; the rest
+    of ``new`` as it is."""
     updates = list(updates)
     if not updates:
         return dict(new)
     names = sorted(updates[0])
     step = {name: new[name] - old[name] for name in names}
-    mask = sign_majority_mask(step, updates, mode=mode)
+    mask = sign_majority_mask(step, updates, mode=mode, witnesses=witnesses)
     if mask is None:
         return dict(new)
     out = dict(new)

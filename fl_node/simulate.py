@@ -430,10 +430,22 @@ def run_simulation(
             accepted = [u for u in accepted if within_norm_bound(u.update, config.norm_bound)]
         if config.consensus and (config.sign_vote or config.clip_to_median):
             # Over every submission kept on chain (not only the accepted): a committee majority of
-            # attackers picks what is averaged, but not the length it may have nor which directions survive.
-            voters = [decode_update(encoded[a][0], spec) for a in kept]
-            voters = [u for u in voters if within_norm_bound(u, config.norm_bound)]
-            if config.clip_to_median and (bound := median_norm(voters)) is not None:
+            # attackers picks what is averaged, but not the length it may have nor which directions
+            # survive. An update the committee scored above 0 but not above the base is harmful or
+            # useless: it only witnesses where it is exactly 0 (an honest member scores every
+            # well-formed update within the bound at least 1, so a median of 0 for one means a
+            # hostile committee majority, and that update still votes).
+            in_bound = [
+                a for a in kept if within_norm_bound(decode_update(encoded[a][0], spec), config.norm_bound)
+            ]
+            harmful = {
+                a
+                for a in in_bound
+                if 0 < outcome.medians.get(a, 0) <= outcome.base_median + (config.margin or 0)
+            }
+            voters = [decode_update(encoded[a][0], spec) for a in in_bound if a not in harmful]
+            witnesses = [decode_update(encoded[a][0], spec) for a in in_bound if a in harmful]
+            if config.clip_to_median and (bound := median_norm(voters + witnesses)) is not None:
                 accepted = [
                     WeightedUpdate(clip_update(u.update, bound), u.num_samples, u.id) for u in accepted
                 ]
@@ -441,7 +453,9 @@ def run_simulation(
             previous = global_state
             global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
             if config.consensus and config.sign_vote:
-                global_state = apply_sign_majority(previous, global_state, voters, mode=config.sign_vote)
+                global_state = apply_sign_majority(
+                    previous, global_state, voters, mode=config.sign_vote, witnesses=witnesses
+                )
         model.load_state_dict(global_state)
         metrics = evaluate(model, test_x, test_y)
         histories = [p.history for p in participants if len(p.history)]

@@ -218,3 +218,17 @@ def test_the_median_norm_ignores_zero_and_non_finite_updates_and_clipping_only_s
     )
     short = {"w": torch.tensor([3.0, 4.0])}
     assert torch.equal(clip_update(short, 10.0)["w"], short["w"])
+
+
+def test_witnesses_count_only_where_they_are_still():
+    # Three saboteurs the committee judged harmful oppose everything the two honest voters back;
+    # as witnesses they cannot veto it, but where they are exactly 0 they still count against a step
+    # only a minority moves (coordinate 1: one voter moves it, two witnesses and one voter do not).
+    honest = _votes([1.0, 0.0], [1.0, 0.0])
+    mover = _votes([1.0, 1.0])
+    saboteurs = _votes(*[[-1.0, 0.0]] * 3)
+    step = {"w": torch.tensor([1.0, 1.0])}
+    assert sign_majority_mask(step, honest + saboteurs)["w"].tolist() == [0.0, 0.0]
+    assert sign_majority_mask(step, honest + mover, witnesses=saboteurs)["w"].tolist() == [1.0, 0.0]
+    assert sign_majority_mask(step, mover, witnesses=saboteurs[:0])["w"].tolist() == [1.0, 1.0]
+    assert sign_majority_mask(step, [], witnesses=saboteurs) is None
