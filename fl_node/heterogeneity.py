@@ -124,7 +124,7 @@ class FederationRun:
         return sum(r.idle_s for r in self.rounds) / (members * self.wall_s)
 
     @property
-    def samples_processed(self) -> int:
+    def total_steps(self) -> int:
         return sum(sum(r.steps) for r in self.rounds)
 
     def summary(self) -> dict:
@@ -134,7 +134,7 @@ class FederationRun:
             "accuracies": [round(a, 4) for a in self.accuracies],
             "idle_fraction": self.idle_fraction,
             "wall_s": self.wall_s,
-            "total_steps": self.samples_processed,
+            "total_steps": self.total_steps,
             "last_round_steps": list(self.rounds[-1].steps),
             "epsilons": list(self.epsilons) if self.epsilons else None,
         }
