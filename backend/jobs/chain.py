@@ -69,15 +69,19 @@ def spend_privacy(ctx, job_id: int, round_: int, micro_epsilon: int) -> TxReceip
 
 
 def submit_update(
-    ctx, job_id: int, round_: int, reference: str, content_hash: str, samples: int
+    ctx, job_id: int, round_: int, reference: str, content_hash: str, samples: int, spend: int = 0
 ) -> TxReceipt:
+    """``spend``: the release's privacy spend recorded in the same transaction (0: sent already)."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.submit_update(job_id, round_, _hex32(reference), _hex32(content_hash), samples)
+        return ctx.ledger.fl.submit_update(
+            job_id, round_, _hex32(reference), _hex32(content_hash), samples, spend
+        )
 
 
-def submit_scores(ctx, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
+def submit_scores(ctx, job_id: int, round_: int, scores: dict[str, int], base_score: int = 0) -> TxReceipt:
+    """The member's scores and its score of the round's base model (the margin rule's base)."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.submit_scores(job_id, round_, scores)
+        return ctx.ledger.fl.submit_scores(job_id, round_, scores, base_score)
 
 
 def finalize(ctx, job_id: int, round_: int) -> TxReceipt:
@@ -93,6 +97,11 @@ def propose_model(ctx, job_id: int, round_: int, reference: str, model_hash: str
 def confirm_model(ctx, job_id: int, round_: int, model_hash: str) -> TxReceipt:
     with part(CHAIN_TX):
         return ctx.ledger.fl.confirm_global_model(job_id, round_, _hex32(model_hash))
+
+
+def skip_aggregation(ctx, job_id: int, round_: int) -> TxReceipt:
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.skip_aggregation(job_id, round_)
 
 
 def participant(ctx, job_id: int) -> ParticipantInfo:

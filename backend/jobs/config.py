@@ -22,7 +22,8 @@ from fl_node.train import TrainConfig
 VERSION = "defl-job/1"
 DP_MODES = ("none", "sgd", "update")
 SCORE_METRICS = ("accuracy", "likelihood")
-MAX_COMMITTEE = 16  # FederatedLearning.MAX_COMMITTEE
+MAX_COMMITTEE = 15  # FederatedLearning.MAX_COMMITTEE
+MAX_SCORE = 10_000  # basis points: FederatedLearning.MAX_SCORE, the most a margin can be
 MAX_SPARSE_TABLES = 64  # a model's tensors named as sparse tables
 MAX_TENSOR_NAME = 200
 MAX_PUBLIC_ROWS = 1 << 24
@@ -91,6 +92,8 @@ class JobConfig:
     sparse: SparseConfig = field(default_factory=SparseConfig)
     committee_size: int = 2
     top_k: int = 3
+    # basis points an update's median score must beat the base (current global) model's by
+    margin_bp: int = 0
     min_trainers: int = 2
     round_timeout_s: int = 300
     score_timeout_s: int = 120
@@ -113,6 +116,7 @@ class JobConfig:
         _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
         _check(1 <= self.committee_size <= MAX_COMMITTEE, "committee_size", f"must be 1..{MAX_COMMITTEE}")
         _check(1 <= self.top_k < 256, "top_k", "must be 1..255")
+        _check(0 <= self.margin_bp <= MAX_SCORE, "margin_bp", f"must be 0..{MAX_SCORE} basis points")
         _check(1 <= self.min_trainers < 2**16, "min_trainers", "must be at least 1")
         _check(self.round_timeout_s >= 1, "round_timeout_s", "must be at least 1 second")
         _check(self.score_timeout_s >= 1, "score_timeout_s", "must be at least 1 second")

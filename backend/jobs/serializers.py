@@ -77,8 +77,14 @@ class JobCreateSerializer(serializers.Serializer):
     strategy_params = serializers.DictField(required=False, default=dict)
     dp = DPSerializer()
     sparse = SparseSerializer(required=False)
-    committee_size = serializers.IntegerField(min_value=1, max_value=16)
+    committee_size = serializers.IntegerField(min_value=1, max_value=15)
     top_k = serializers.IntegerField(min_value=1, max_value=255)
+    margin_bp = serializers.IntegerField(
+        min_value=0,
+        max_value=10_000,
+        default=0,
+        help_text="basis points an update's median score must beat the current global model's by",
+    )
     min_trainers = serializers.IntegerField(min_value=1, max_value=200)
     round_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600)
     score_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)

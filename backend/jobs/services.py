@@ -52,6 +52,7 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
             sparse=SparseConfig(**sparse),
             committee_size=request["committee_size"],
             top_k=request["top_k"],
+            margin_bp=request.get("margin_bp") or 0,
             min_trainers=request["min_trainers"],
             round_timeout_s=request["round_timeout_s"],
             score_timeout_s=request.get("score_timeout_s") or max(30, request["round_timeout_s"] // 2),
@@ -99,6 +100,7 @@ def create_job(ctx, request: dict) -> JobRecord:
         train_period=config.round_timeout_s,
         score_period=config.score_timeout_s,
         max_spend_per_round=chain.planned_spend_bound(config),
+        margin=config.margin_bp,
     )
     try:
         receipt = chain.propose_job(ctx, spec)

@@ -184,9 +184,12 @@ class FederatedLearning(ContractBase):
         return self._transact("cancel", job_id)
 
     def submit_update(
-        self, job_id: int, round_: int, reference: bytes, content_hash: bytes, samples: int
+        self, job_id: int, round_: int, reference: bytes, content_hash: bytes, samples: int, spend: int = 0
     ) -> TxReceipt:
-        return self._transact("submitUpdate", job_id, round_, reference, content_hash, samples)
+        """``spend``: this release's privacy spend (micro-epsilon), recorded in the same transaction
+        as spend_privacy would; 0 when it was recorded already or the job has no DP. A content
+        hash already submitted in the round raises DuplicateContent."""
+        return self._transact("submitUpdate", job_id, round_, reference, content_hash, samples, spend)
 
     def spend_privacy(self, job_id: int, round_: int, micro_epsilon: int) -> TxReceipt:
         """Record one release of this node's data in ``round_`` of the job (the current round, or
@@ -194,11 +197,15 @@ class FederatedLearning(ContractBase):
         against the dataset this node joined with, at most twice per round."""
         return self._transact("spendPrivacy", job_id, round_, micro_epsilon)
 
-    def submit_scores(self, job_id: int, round_: int, scores: dict[str, int]) -> TxReceipt:
-        """Scores (0..10000) by trainer address, for some or all of the round's updates."""
+    def submit_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int = 0
+    ) -> TxReceipt:
+        """Scores (0..10000) by trainer address, for some or all of the round's updates, and this
+        member's score of the round's base model (the current global model): an update is accepted
+        only when its median beats the base scores' median by the job's margin."""
         trainers = list(scores)
         return self._transact(
-            "submitScores", job_id, round_, _addresses(trainers), [scores[t] for t in trainers]
+            "submitScores", job_id, round_, _addresses(trainers), [scores[t] for t in trainers], base_score
         )
 
     def finalize_round(self, job_id: int, round_: int) -> TxReceipt:
@@ -211,6 +218,11 @@ class FederatedLearning(ContractBase):
 
     def confirm_global_model(self, job_id: int, round_: int, model_hash: bytes) -> TxReceipt:
         return self._transact("confirmGlobalModel", job_id, round_, model_hash)
+
+    def skip_aggregation(self, job_id: int, round_: int) -> TxReceipt:
+        """After the round's aggregation deadline, with no model fixed: keep the previous model,
+        draw a new committee and open the next round (anyone may send it)."""
+        return self._transact("skipAggregation", job_id, round_)
 
     def job_count(self) -> int:
         return self._call("jobCount")[0]
@@ -230,6 +242,14 @@ class FederatedLearning(ContractBase):
     def get_update(self, job_id: int, round_: int, index: int) -> UpdateInfo:
         trainer, packed = self._call("getUpdate", job_id, round_, index)
         return UpdateInfo(to_checksum_address(trainer), packed)
+
+    def get_base_scores(self, job_id: int, round_: int) -> dict[int, int]:
+        """Seat -> the member's score of the round's base model."""
+        return UpdateInfo("", self._call("getBaseScores", job_id, round_)[0]).scores_by_seat()
+
+    def content_owner(self, job_id: int, round_: int, content_hash: bytes) -> str:
+        """The trainer whose update of the round carries this content hash (zero address: none)."""
+        return to_checksum_address(self._call("contentOwner", job_id, round_, content_hash)[0])
 
     def get_proposal(self, job_id: int, round_: int, model_hash: bytes) -> ProposalInfo:
         proposer, votes, digest = self._call("getProposal", job_id, round_, model_hash)[0]
@@ -255,17 +275,26 @@ class CommitteeRuleHarness(ContractBase):
         top_k: int,
         committee_size: int,
         current_committee: Sequence[str],
+        base_scores: int = 0,
+        margin: int = 0,
     ) -> RuleOutcome:
-        ranking, medians, accepted, next_committee = self._call(
+        """``base_scores``: the members' scores of the base model, packed as ``packed_scores``."""
+        ranking, medians, accepted, next_committee, base_median = self._call(
             "decide",
             _addresses(trainers),
             list(packed_scores),
             top_k,
             committee_size,
             _addresses(current_committee),
+            base_scores,
+            margin,
         )[0]
         return RuleOutcome(
-            _addresses(ranking), list(medians), _addresses(accepted), _addresses(next_committee)
+            _addresses(ranking),
+            list(medians),
+            _addresses(accepted),
+            _addresses(next_committee),
+            base_median,
         )
 
 

@@ -180,6 +180,10 @@ class DuplicateUpdate(ContractRevert):
     """This trainer submitted an update in this round already."""
 
 
+class AggregationNotOverdue(ContractRevert):
+    """The round's aggregation deadline has not passed: it cannot be skipped yet."""
+
+
 class DuplicateContent(ContractRevert):
     """Another trainer submitted an update with this content hash in this round already (a copy)."""
 
@@ -309,6 +313,7 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "CommitteeCannotTrain": CommitteeCannotTrain,
     "DuplicateUpdate": DuplicateUpdate,
     "DuplicateContent": DuplicateContent,
+    "AggregationNotOverdue": AggregationNotOverdue,
     "NotCommitteeMember": NotCommitteeMember,
     "DuplicateScores": DuplicateScores,
     "UnknownUpdate": UnknownUpdate,

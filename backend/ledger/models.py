@@ -159,6 +159,8 @@ class Job(models.Model):
     score_period = Uint256Field()
     # The job's planned bound on one privacy spend (micro-epsilon; 0: a job without DP).
     max_spend_per_round = Uint256Field(default=0)
+    # Basis points an update's median must beat the base model's median by (the margin rule).
+    margin = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices)
     current_round = models.PositiveIntegerField(default=0)
     model_hash = models.CharField(max_length=HASH, blank=True)
@@ -181,6 +183,7 @@ class Round(models.Model):
         AGGREGATING = "aggregating"
         DONE = "done"
         FAILED = "failed"
+        SKIPPED = "skipped"  # its aggregation deadline passed: the previous model carried forward
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="rounds_set")
     number = models.PositiveIntegerField()
@@ -190,6 +193,10 @@ class Round(models.Model):
     score_deadline = Uint256Field()
     opened_block = models.PositiveBigIntegerField()
     finalized_block = models.PositiveBigIntegerField(null=True)
+    # the median of the committee's scores of the base model (RoundFinalized); null before
+    base_median = models.PositiveIntegerField(null=True)
+    # the new committee's deadline to fix the round's model (RoundFinalized); null before
+    aggregate_deadline = Uint256Field(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "number"], name="ledger_round_unique")]

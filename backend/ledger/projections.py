@@ -151,6 +151,7 @@ def job_proposed(e: DecodedEvent) -> None:
             train_period=s["trainPeriod"],
             score_period=s["scorePeriod"],
             max_spend_per_round=s.get("maxSpendPerRound", 0),
+            margin=_small(s.get("margin", 0), "margin"),
             status=Job.Status.OPEN,
             model_hash=s["initialModelHash"],
             proposed_block=e.block_number,
@@ -231,7 +232,10 @@ def round_finalized(e: DecodedEvent) -> None:
     job = _job(a)
     _small(a["round"] + 1, "round")  # the next committee's round must fit too
     Round.objects.filter(job=job, number=a["round"]).update(
-        status=Round.Status.AGGREGATING, finalized_block=e.block_number
+        status=Round.Status.AGGREGATING,
+        finalized_block=e.block_number,
+        base_median=_small(a.get("baseMedian", 0), "baseMedian"),
+        aggregate_deadline=a.get("aggregateDeadline"),
     )
     accepted = set(a["accepted"])
     for rank, (trainer, median) in enumerate(zip(a["ranking"], a["medians"], strict=True)):
@@ -292,6 +296,12 @@ def global_model_fixed(e: DecodedEvent) -> None:
     job.model_hash = a["modelHash"]
     job.save(update_fields=["model_hash"])
     Round.objects.filter(job=job, number=a["round"]).update(status=Round.Status.DONE)
+
+
+def aggregation_skipped(e: DecodedEvent) -> None:
+    # the model stays the previous one (no GlobalModel row); RoundOpened that follows seats the
+    # drawn committee for the next round
+    Round.objects.filter(job=_job(e.args), number=e.args["round"]).update(status=Round.Status.SKIPPED)
 
 
 def _job_status(status: str) -> Callable[[DecodedEvent], None]:
@@ -370,6 +380,7 @@ HANDLERS: dict[str, Callable[[DecodedEvent], None]] = {
     "UpdateSubmitted": update_submitted,
     "ScoresSubmitted": scores_submitted,
     "RoundFinalized": round_finalized,
+    "AggregationSkipped": aggregation_skipped,
     "GlobalModelProposed": global_model_proposed,
     "GlobalModelConfirmed": global_model_confirmed,
     "GlobalModelFixed": global_model_fixed,

@@ -77,6 +77,8 @@ class JobSpec:
     score_period: int
     use_blocks: bool = False
     max_spend_per_round: int = 0
+    # basis points an update's median score must beat the base (current global) model's median by
+    margin: int = 0
 
     def as_abi(self) -> tuple[Any, ...]:
         return (
@@ -92,6 +94,7 @@ class JobSpec:
             self.train_period,
             self.score_period,
             self.max_spend_per_round,
+            self.margin,
         )
 
 
@@ -116,6 +119,7 @@ class JobState:
     update_count: int
     score_count: int
     max_spend_per_round: int
+    margin: int
     config_hash: bytes
     model_hash: bytes
     model_ref_digest: bytes
@@ -184,6 +188,7 @@ class RuleOutcome:
     medians: list[int]
     accepted: list[str]
     next_committee: list[str]
+    base_median: int = 0
 
 
 @dataclass(frozen=True)

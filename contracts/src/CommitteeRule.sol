@@ -6,8 +6,11 @@ pragma solidity ^0.8.28;
 /// `packedScores[i]` holds the scores of update i: 16 bits per committee seat, value score + 1
 /// (0 = that member gave no score). Median over the present values, floor of the mean of the
 /// middle pair for even counts, 0 if none. Ranking: median desc, then trainer address (uint160) asc.
-/// Accepted: the first `topK` ranked with median > 0. Next committee: the first `committeeSize`
-/// ranked trainers, remaining seats filled from `current` in order.
+/// Base: the median of `baseScores` (the members' scores of the unchanged global model, packed the
+/// same way; 0 if none). Accepted: the first `topK` ranked with median > base + margin, so an
+/// update no better than the model it would replace (a constant or random model) never passes.
+/// Next committee: the first `committeeSize` ranked trainers, remaining seats filled from
+/// `current` in order.
 library CommitteeRule {
     uint256 internal constant MAX_SCORE = 10_000;
     uint256 internal constant MAX_SEATS = 16;
@@ -17,6 +20,7 @@ library CommitteeRule {
         uint16[] medians; // in ranking order
         address[] accepted;
         address[] nextCommittee;
+        uint16 baseMedian;
     }
 
     /// @notice Median of the scores in `packed` over the first `seats` seats; `buffer` is scratch
@@ -45,40 +49,68 @@ library CommitteeRule {
         uint256[] memory packedScores,
         uint256 topK,
         uint256 committeeSize,
-        address[] memory current
+        address[] memory current,
+        uint256 baseScores,
+        uint256 margin
     ) internal pure returns (Outcome memory out) {
-        uint256 n = trainers.length;
-        out.ranking = new address[](n);
-        out.medians = new uint16[](n);
         uint256 scoreSeats = committeeSize < MAX_SEATS ? committeeSize : MAX_SEATS;
         uint256[] memory buffer = new uint256[](scoreSeats);
+        (out.ranking, out.medians) = _rank(trainers, packedScores, scoreSeats, buffer);
+        out.baseMedian = median(baseScores, scoreSeats, buffer);
+        out.accepted = _accept(out.ranking, out.medians, topK, uint256(out.baseMedian) + margin);
+        out.nextCommittee = _elect(out.ranking, committeeSize, current);
+    }
+
+    /// Trainers by median (desc), then address (asc), with their medians.
+    function _rank(address[] memory trainers, uint256[] memory packedScores, uint256 seats, uint256[] memory buffer)
+        private
+        pure
+        returns (address[] memory ranking, uint16[] memory medians)
+    {
+        uint256 n = trainers.length;
+        ranking = new address[](n);
+        medians = new uint16[](n);
         for (uint256 i; i < n; ++i) {
             address t = trainers[i];
-            uint16 m = median(packedScores[i], scoreSeats, buffer);
+            uint16 m = median(packedScores[i], seats, buffer);
             uint256 j = i;
-            while (j > 0 && _before(t, m, out.ranking[j - 1], out.medians[j - 1])) {
-                out.ranking[j] = out.ranking[j - 1];
-                out.medians[j] = out.medians[j - 1];
+            while (j > 0 && _before(t, m, ranking[j - 1], medians[j - 1])) {
+                ranking[j] = ranking[j - 1];
+                medians[j] = medians[j - 1];
                 --j;
             }
-            out.ranking[j] = t;
-            out.medians[j] = m;
+            ranking[j] = t;
+            medians[j] = m;
         }
-        uint256 accepted;
-        while (accepted < n && accepted < topK && out.medians[accepted] > 0) ++accepted;
-        out.accepted = new address[](accepted);
-        for (uint256 i; i < accepted; ++i) out.accepted[i] = out.ranking[i];
+    }
 
-        address[] memory next = new address[](committeeSize);
+    /// The first `topK` ranked whose median is above `threshold` (base median + margin).
+    function _accept(address[] memory ranking, uint16[] memory medians, uint256 topK, uint256 threshold)
+        private
+        pure
+        returns (address[] memory accepted)
+    {
+        uint256 count;
+        while (count < ranking.length && count < topK && medians[count] > threshold) ++count;
+        accepted = new address[](count);
+        for (uint256 i; i < count; ++i) accepted[i] = ranking[i];
+    }
+
+    /// The first `committeeSize` ranked trainers, remaining seats from `current` in order.
+    function _elect(address[] memory ranking, uint256 committeeSize, address[] memory current)
+        private
+        pure
+        returns (address[] memory next)
+    {
+        next = new address[](committeeSize);
         uint256 seats;
-        for (; seats < committeeSize && seats < n; ++seats) next[seats] = out.ranking[seats];
+        for (; seats < committeeSize && seats < ranking.length; ++seats) next[seats] = ranking[seats];
         for (uint256 c; c < current.length && seats < committeeSize; ++c) {
             if (!_contains(next, seats, current[c])) next[seats++] = current[c];
         }
         assembly {
             mstore(next, seats)
         }
-        out.nextCommittee = next;
     }
 
     function _before(address a, uint16 ma, address b, uint16 mb) private pure returns (bool) {
@@ -98,8 +130,10 @@ contract CommitteeRuleHarness {
         uint256[] calldata packedScores,
         uint256 topK,
         uint256 committeeSize,
-        address[] calldata current
+        address[] calldata current,
+        uint256 baseScores,
+        uint256 margin
     ) external pure returns (CommitteeRule.Outcome memory) {
-        return CommitteeRule.decide(trainers, packedScores, topK, committeeSize, current);
+        return CommitteeRule.decide(trainers, packedScores, topK, committeeSize, current, baseScores, margin);
     }
 }

@@ -32,6 +32,7 @@ error WrongRound(uint16 current, uint16 given);
 error WrongPhase(uint256 jobId);
 error CommitteeCannotTrain(address account);
 error DuplicateUpdate(address trainer);
+error DuplicateContent(bytes32 contentHash, address firstTrainer); // a copied update
 error NotCommitteeMember(address account);
 error DuplicateScores(address member);
 error UnknownUpdate(address trainer);
@@ -39,6 +40,7 @@ error ScoreOutOfRange(uint256 score);
 error LengthMismatch(uint256 expected, uint256 given);
 error ScoringNotOpen(uint256 jobId);
 error RoundNotFinalizable(uint256 jobId);
+error AggregationNotOverdue(uint64 deadline, uint64 current);
 error ProposalMismatch(bytes32 modelHash);
 error ProposalExists(bytes32 modelHash);
 error InvalidReference(uint256 length);

@@ -31,7 +31,8 @@ import {CommitteeRule} from "./CommitteeRule.sol";
 /// (backend/jobs/config.py, serializers.py), so the mirrors of all nodes can store it.
 contract FederatedLearning {
     uint256 public constant MAX_PARTICIPANTS = 200;
-    uint256 public constant MAX_COMMITTEE = 16;
+    // 15 seats of 16 bits under a 16-bit round tag fill one score slot (see _scores)
+    uint256 public constant MAX_COMMITTEE = 15;
     uint256 public constant MAX_SCORE = 10_000;
     uint256 public constant MAX_ROUNDS = 10_000;
     uint256 public constant MAX_PERIOD = 7 days; // trainPeriod, scorePeriod (seconds or blocks)
@@ -68,6 +69,7 @@ contract FederatedLearning {
         uint32 trainPeriod; // per round: updates are due trainPeriod after the round opens
         uint32 scorePeriod; // scores are due scorePeriod after the update deadline
         uint64 maxSpendPerRound; // micro-epsilon a participant may record per release; 0: no DP
+        uint16 margin; // basis points an update's median must beat the base model's median by
     }
 
     struct Job {
@@ -89,6 +91,7 @@ contract FederatedLearning {
         uint16 updateCount;
         uint8 scoreCount;
         uint64 maxSpendPerRound; // in the slot of updateCount: submitUpdate reads it warm
+        uint16 margin; // accepted iff median > base median + margin (basis points)
         bytes32 configHash;
         bytes32 modelHash; // the current global model
         bytes32 modelRefDigest; // keccak256 of its reference
@@ -122,9 +125,25 @@ contract FederatedLearning {
     mapping(uint256 => Job) private _jobs;
     mapping(uint256 => mapping(address => Participant)) private _participants;
     mapping(uint256 => address[MAX_COMMITTEE]) private _committee;
-    mapping(uint256 => mapping(uint256 => address)) private _trainerAt; // job => (round << 16 | index)
-    mapping(uint256 => mapping(uint256 => uint256)) private _scores; // same key; 16 bits per seat
+    // Per-round storage lives in slots that are reused round after round and made nonzero
+    // outside the round (at join / proposeJob), so that a round's writes cost 2.9k
+    // (nonzero -> nonzero) instead of 22.1k (zero -> nonzero) each:
+    // job => update index => round << 160 | trainer (round tag EMPTY_TAG until the first update)
+    mapping(uint256 => mapping(uint256 => uint256)) private _updateAt;
+    // job => update index => round << 240 | 15 seats x 16 bits (score + 1; 0 = no score); a slot
+    // whose tag is not the round holds another round's scores and reads as none
+    mapping(uint256 => mapping(uint256 => uint256)) private _scores;
+    // job => the committee's scores of the round's base model (the current global model), packed as above
+    mapping(uint256 => uint256) private _baseScores;
+    // keccak(job, round, contentHash) => trainer: a content hash is submitted at most once per round
+    mapping(bytes32 => address) private _contentOwner;
+    // job => participant index => address (written at join): a committee redraw enumerates them
+    mapping(uint256 => mapping(uint256 => address)) private _participantAt;
     mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash)
+
+    uint256 private constant EMPTY_TAG = 0xffff; // no valid round (MAX_ROUNDS < 0xffff)
+    uint256 private constant SCORE_BITS = 240; // 15 seats x 16 bits under the round tag
+    uint256 private constant SCORE_MASK = (uint256(1) << SCORE_BITS) - 1;
 
     event JobProposed(uint256 indexed jobId, address indexed proposer, JobSpec spec);
     event ParticipantJoined(uint256 indexed jobId, address indexed node, uint256 datasetId, uint16 index);
@@ -147,7 +166,12 @@ contract FederatedLearning {
         uint64 samples
     );
     event ScoresSubmitted(
-        uint256 indexed jobId, uint16 indexed round, address indexed member, address[] trainers, uint16[] scores
+        uint256 indexed jobId,
+        uint16 indexed round,
+        address indexed member,
+        address[] trainers,
+        uint16[] scores,
+        uint16 baseScore
     );
     event RoundFinalized(
         uint256 indexed jobId,
@@ -155,7 +179,10 @@ contract FederatedLearning {
         address[] ranking,
         uint16[] medians,
         address[] accepted,
-        address[] nextCommittee
+        address[] nextCommittee,
+        uint16 baseMedian,
+        uint16 margin,
+        uint64 aggregateDeadline
     );
     event GlobalModelProposed(
         uint256 indexed jobId, uint16 indexed round, address indexed proposer, bytes modelRef, bytes32 modelHash
@@ -165,6 +192,12 @@ contract FederatedLearning {
     );
     event GlobalModelFixed(
         uint256 indexed jobId, uint16 indexed round, bytes32 modelHash, bytes32 referenceDigest, address proposer
+    );
+    /// The aggregation deadline passed without a fixed model: the round keeps the previous model
+    /// and the next round opens with a committee drawn afresh (`committee`, the participants with the
+    /// smallest keccak256(abi.encode(seed, address))).
+    event AggregationSkipped(
+        uint256 indexed jobId, uint16 indexed round, bytes32 modelHash, address[] committee, bytes32 seed
     );
     event JobFinished(uint256 indexed jobId, bytes32 modelHash, bytes32 referenceDigest);
     event JobFailed(uint256 indexed jobId, uint16 indexed round, uint16 updates, uint16 minTrainers);
@@ -195,6 +228,7 @@ contract FederatedLearning {
             revert InvalidJobSpec("joinDeadline");
         }
         if (spec.maxSpendPerRound > MAX_SPEND_PER_ROUND) revert InvalidJobSpec("maxSpendPerRound");
+        if (spec.margin > MAX_SCORE) revert InvalidJobSpec("margin");
         jobId = ++jobCount;
         Job storage job = _jobs[jobId];
         job.proposer = msg.sender;
@@ -208,6 +242,8 @@ contract FederatedLearning {
         job.trainPeriod = spec.trainPeriod;
         job.scorePeriod = spec.scorePeriod;
         job.maxSpendPerRound = spec.maxSpendPerRound;
+        job.margin = spec.margin;
+        _baseScores[jobId] = EMPTY_TAG << SCORE_BITS;
         job.configHash = spec.configHash;
         job.modelHash = spec.initialModelHash;
         job.modelRefDigest = keccak256(spec.initialModelRef);
@@ -229,6 +265,11 @@ contract FederatedLearning {
         p.index = index;
         p.datasetId = uint64(datasetId); // an existing id: below datasetCount
         p.samples = uint40(samples); // DataRegistry.MAX_SAMPLES < 2**40
+        // A round has at most participantCount - committeeSize updates: every update index has
+        // its two slots made nonzero here, by the participant that joins (see _updateAt).
+        _updateAt[jobId][index] = EMPTY_TAG << 160;
+        _participantAt[jobId][index] = msg.sender;
+        _scores[jobId][index] = EMPTY_TAG << SCORE_BITS;
         emit ParticipantJoined(jobId, msg.sender, datasetId, index);
     }
 
@@ -262,9 +303,18 @@ contract FederatedLearning {
 
     // ------------------------------------------------------------------ rounds
 
-    function submitUpdate(uint256 jobId, uint16 round, bytes calldata modelRef, bytes32 contentHash, uint64 samples)
-        external
-    {
+    /// @notice A trainer's update of the round. `spend`: the privacy spend of this release,
+    /// recorded as `spendPrivacy` would (0: recorded already, or a job without DP); folding it in
+    /// saves a transaction. A content hash is accepted at most once per round (DuplicateContent):
+    /// a copied update is refused, not scored.
+    function submitUpdate(
+        uint256 jobId,
+        uint16 round,
+        bytes calldata modelRef,
+        bytes32 contentHash,
+        uint64 samples,
+        uint64 spend
+    ) external {
         Job storage job = _training(jobId, round);
         uint64 current = _now(job);
         if (current > job.updateDeadline) revert DeadlinePassed(job.updateDeadline, current);
@@ -277,12 +327,17 @@ contract FederatedLearning {
         if (contentHash == bytes32(0)) revert InvalidUpdate("contentHash");
         if (samples == 0) revert InvalidUpdate("samples");
         if (samples > p.samples) revert SamplesAboveDataset(samples, p.samples);
+        if (spend != 0) _recordSpend(jobId, job.maxSpendPerRound, round, p, spend);
         // One slot read each: both live in slots this call reads anyway.
         if (job.maxSpendPerRound != 0 && p.spendRound != round) revert SpendMissing(jobId, round, msg.sender);
+        bytes32 contentKey = keccak256(abi.encode(jobId, round, contentHash));
+        address owner = _contentOwner[contentKey];
+        if (owner != address(0)) revert DuplicateContent(contentHash, owner);
+        _contentOwner[contentKey] = msg.sender;
         uint16 index = job.updateCount++;
         p.updateRound = round;
         p.updateIndex = index;
-        _trainerAt[jobId][(uint256(round) << 16) | index] = msg.sender;
+        _updateAt[jobId][index] = (uint256(round) << 160) | uint160(msg.sender);
         emit UpdateSubmitted(jobId, round, msg.sender, index, modelRef, contentHash, samples);
     }
 
@@ -298,11 +353,16 @@ contract FederatedLearning {
         if (round != current && (job.phase != Phase.Aggregating || round != current + 1 || round > job.rounds)) {
             revert WrongRound(current, round);
         }
-        uint64 bound = job.maxSpendPerRound;
-        if (amount == 0 || amount > bound) revert SpendOutOfBounds(jobId, amount, bound);
         _requireMember();
         Participant storage p = _participants[jobId][msg.sender];
         if (!p.joined) revert NotParticipant(jobId, msg.sender);
+        _recordSpend(jobId, job.maxSpendPerRound, round, p, amount);
+    }
+
+    /// Records `amount` for msg.sender (participant `p`) in `round`: bounded by the job's plan,
+    /// at most MAX_SPENDS_PER_ROUND per round, charged to the joined dataset.
+    function _recordSpend(uint256 jobId, uint64 bound, uint16 round, Participant storage p, uint64 amount) private {
+        if (amount == 0 || amount > bound) revert SpendOutOfBounds(jobId, amount, bound);
         uint16 last = p.spendRound;
         if (round < last) revert WrongRound(last, round);
         uint8 spends = round == last ? p.spends : 0;
@@ -312,12 +372,18 @@ contract FederatedLearning {
         dataRegistry.recordSpend(p.datasetId, jobId, round, msg.sender, amount);
     }
 
-    /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once.
+    /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once,
+    /// with its score of the round's base model (the current global model, unchanged): an update
+    /// is accepted only when its median beats the median base score by the job's margin.
     /// The last member's scores complete the set and finalize the round in the same transaction
     /// (ScoresSubmitted, then RoundFinalized or JobFailed, as `finalizeRound` would).
-    function submitScores(uint256 jobId, uint16 round, address[] calldata trainers, uint16[] calldata scores)
-        external
-    {
+    function submitScores(
+        uint256 jobId,
+        uint16 round,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore
+    ) external {
         Job storage job = _training(jobId, round);
         uint64 current = _now(job);
         if (job.updateCount < job.participantCount - job.committeeSize && current <= job.updateDeadline) {
@@ -329,23 +395,41 @@ contract FederatedLearning {
         if (!member.joined || member.committeeRound != round) revert NotCommitteeMember(msg.sender);
         if (member.scoreRound == round) revert DuplicateScores(msg.sender);
         if (trainers.length != scores.length) revert LengthMismatch(trainers.length, scores.length);
+        if (baseScore > MAX_SCORE) revert ScoreOutOfRange(baseScore);
         uint256 shift = 16 * uint256(member.seat);
-        mapping(uint256 => uint256) storage roundScores = _scores[jobId];
-        for (uint256 i; i < trainers.length; ++i) {
-            uint256 score = scores[i];
-            if (score > MAX_SCORE) revert ScoreOutOfRange(score);
-            Participant storage t = _participants[jobId][trainers[i]];
-            if (t.updateRound != round) revert UnknownUpdate(trainers[i]);
-            uint256 key = (uint256(round) << 16) | t.updateIndex;
-            uint256 packed = roundScores[key];
-            if ((packed >> shift) & 0xffff != 0) revert DuplicateScores(msg.sender);
-            roundScores[key] = packed | ((score + 1) << shift);
-        }
+        _storeScores(jobId, round, shift, trainers, scores);
+        uint256 base = _baseScores[jobId];
+        if (base >> SCORE_BITS != round) base = uint256(round) << SCORE_BITS;
+        _baseScores[jobId] = base | ((uint256(baseScore) + 1) << shift);
         member.scoreRound = round;
         uint8 scored = job.scoreCount + 1;
         job.scoreCount = scored;
-        emit ScoresSubmitted(jobId, round, msg.sender, trainers, scores);
+        emit ScoresSubmitted(jobId, round, msg.sender, trainers, scores, baseScore);
         if (scored >= job.committeeSize) _finalize(jobId, job, round);
+    }
+
+    /// One member's scores into the updates' score slots (its seat's 16 bits: score + 1).
+    function _storeScores(
+        uint256 jobId,
+        uint16 round,
+        uint256 shift,
+        address[] calldata trainers,
+        uint16[] calldata scores
+    ) private {
+        mapping(uint256 => uint256) storage roundScores = _scores[jobId];
+        mapping(address => Participant) storage participants = _participants[jobId];
+        for (uint256 i; i < trainers.length; ++i) {
+            uint256 score = scores[i];
+            if (score > MAX_SCORE) revert ScoreOutOfRange(score);
+            Participant storage t = participants[trainers[i]];
+            if (t.updateRound != round) revert UnknownUpdate(trainers[i]);
+            uint256 key = t.updateIndex;
+            uint256 packed = roundScores[key];
+            // another round's scores (or the slot's initial tag): none for this round yet
+            if (packed >> SCORE_BITS != round) packed = uint256(round) << SCORE_BITS;
+            if ((packed >> shift) & 0xffff != 0) revert DuplicateScores(msg.sender);
+            roundScores[key] = packed | ((score + 1) << shift);
+        }
     }
 
     /// @notice Anyone, once the scoring deadline passed with scores missing (the scores that
@@ -382,6 +466,27 @@ contract FederatedLearning {
         _maybeFix(jobId, job, round, modelHash, proposal);
     }
 
+    /// @notice Anyone (a member), once the aggregation deadline passed without a fixed model: the
+    /// round keeps the previous global model, the committee that did not aggregate is replaced by
+    /// one drawn afresh from all participants (see `_drawCommittee`), and the next round opens (or
+    /// the job finishes after its last round). So a silent or split committee cannot stall a job.
+    function skipAggregation(uint256 jobId, uint16 round) external {
+        Job storage job = _running(jobId, round);
+        if (job.phase != Phase.Aggregating) revert WrongPhase(jobId);
+        uint64 current = _now(job);
+        if (current <= job.scoreDeadline) revert AggregationNotOverdue(job.scoreDeadline, current);
+        _requireMember();
+        bytes32 seed = keccak256(abi.encode(block.prevrandao, jobId, round));
+        address[] memory drawn = _drawCommittee(jobId, job, seed);
+        emit AggregationSkipped(jobId, round, job.modelHash, drawn, seed);
+        if (round == job.rounds) {
+            job.status = Status.Finished;
+            emit JobFinished(jobId, job.modelHash, job.modelRefDigest);
+        } else {
+            _openRound(jobId, job, round + 1);
+        }
+    }
+
     /// @notice Votes that fix a global model: a majority of the committee.
     function quorum(uint8 committeeSize) public pure returns (uint8) {
         return committeeSize / 2 + 1;
@@ -409,8 +514,20 @@ contract FederatedLearning {
         view
         returns (address trainer, uint256 packedScores)
     {
-        uint256 key = (uint256(round) << 16) | index;
-        return (_trainerAt[jobId][key], _scores[jobId][key]);
+        uint256 slot = _updateAt[jobId][index];
+        if (slot >> 160 != round) return (address(0), 0); // another round's update, or none
+        trainer = address(uint160(slot));
+        packedScores = _roundScores(_scores[jobId][index], round);
+    }
+
+    /// @notice The committee's scores of the round's base model (16 bits per seat, score + 1).
+    function getBaseScores(uint256 jobId, uint16 round) external view returns (uint256 packedScores) {
+        return _roundScores(_baseScores[jobId], round);
+    }
+
+    /// @notice The trainer whose update of the round carries `contentHash` (zero when none).
+    function contentOwner(uint256 jobId, uint16 round, bytes32 contentHash) external view returns (address) {
+        return _contentOwner[keccak256(abi.encode(jobId, round, contentHash))];
     }
 
     function getProposal(uint256 jobId, uint16 round, bytes32 modelHash) external view returns (Proposal memory) {
@@ -428,19 +545,9 @@ contract FederatedLearning {
             emit JobFailed(jobId, round, uint16(n), job.minTrainers);
             return;
         }
-        address[] memory trainers = new address[](n);
-        uint256[] memory packed = new uint256[](n);
-        for (uint256 i; i < n; ++i) {
-            uint256 key = (uint256(round) << 16) | i;
-            trainers[i] = _trainerAt[jobId][key];
-            packed[i] = _scores[jobId][key];
-        }
-        uint256 size = job.committeeSize;
+        CommitteeRule.Outcome memory out = _decide(jobId, job, round);
         address[MAX_COMMITTEE] storage seats = _committee[jobId];
-        address[] memory current = new address[](size);
-        for (uint256 s; s < size; ++s) current[s] = seats[s];
-        CommitteeRule.Outcome memory out = CommitteeRule.decide(trainers, packed, job.topK, size, current);
-        for (uint256 s; s < size; ++s) {
+        for (uint256 s; s < out.nextCommittee.length; ++s) {
             address next = out.nextCommittee[s];
             seats[s] = next;
             Participant storage p = _participants[jobId][next];
@@ -448,7 +555,49 @@ contract FederatedLearning {
             p.seat = uint8(s);
         }
         job.phase = Phase.Aggregating;
-        emit RoundFinalized(jobId, round, out.ranking, out.medians, out.accepted, out.nextCommittee);
+        // The aggregation deadline (in the slot of the score deadline, which has passed its use):
+        // the new committee proposes and confirms within a score period, or anyone skips.
+        uint64 aggregateDeadline = _now(job) + job.scorePeriod;
+        job.scoreDeadline = aggregateDeadline;
+        emit RoundFinalized(
+            jobId,
+            round,
+            out.ranking,
+            out.medians,
+            out.accepted,
+            out.nextCommittee,
+            out.baseMedian,
+            job.margin,
+            aggregateDeadline
+        );
+    }
+
+    /// CommitteeRule over the round's updates, their scores and the base model's scores.
+    function _decide(uint256 jobId, Job storage job, uint16 round) private view returns (CommitteeRule.Outcome memory) {
+        (address[] memory trainers, uint256[] memory packed) = _roundUpdates(jobId, round, job.updateCount);
+        uint256 base = _roundScores(_baseScores[jobId], round);
+        return CommitteeRule.decide(
+            trainers, packed, job.topK, job.committeeSize, _currentCommittee(jobId, job.committeeSize), base, job.margin
+        );
+    }
+
+    function _roundUpdates(uint256 jobId, uint16 round, uint256 n)
+        private
+        view
+        returns (address[] memory trainers, uint256[] memory packed)
+    {
+        trainers = new address[](n);
+        packed = new uint256[](n);
+        for (uint256 i; i < n; ++i) {
+            trainers[i] = address(uint160(_updateAt[jobId][i])); // written this round: i < updateCount
+            packed[i] = _roundScores(_scores[jobId][i], round);
+        }
+    }
+
+    function _currentCommittee(uint256 jobId, uint256 size) private view returns (address[] memory members) {
+        members = new address[](size);
+        address[MAX_COMMITTEE] storage seats = _committee[jobId];
+        for (uint256 s; s < size; ++s) members[s] = seats[s];
     }
 
     function _maybeFix(uint256 jobId, Job storage job, uint16 round, bytes32 modelHash, Proposal storage proposal)
@@ -480,6 +629,51 @@ contract FederatedLearning {
         address[] memory members = new address[](job.committeeSize);
         for (uint256 s; s < members.length; ++s) members[s] = _committee[jobId][s];
         emit RoundOpened(jobId, round, members, job.modelHash, updateDeadline, scoreDeadline);
+    }
+
+    /// Seats a committee for the round after the current one: the `committeeSize` participants
+    /// with the smallest keccak256(seed, address), replacing the seated one. Nobody chooses it
+    /// and no address is favoured: a node cannot grind an address that wins every draw, since the
+    /// seed is not known when it registers. What bias remains: the seed comes from the block's
+    /// prevrandao, which the block's proposer knows first and could withhold (forgoing its block)
+    /// to redraw once; on a consortium chain the validators are known members whose misbehaviour
+    /// is visible on chain, so one withheld block per draw is an accepted, observable risk.
+    function _drawCommittee(uint256 jobId, Job storage job, bytes32 seed) private returns (address[] memory drawn) {
+        uint256 size = job.committeeSize;
+        uint16 next = job.round + 1;
+        address[MAX_COMMITTEE] storage seats = _committee[jobId];
+        for (uint256 s; s < size; ++s) {
+            Participant storage old = _participants[jobId][seats[s]];
+            if (old.committeeRound == next) old.committeeRound = 0;
+        }
+        drawn = new address[](size);
+        bytes32[] memory keys = new bytes32[](size);
+        uint256 filled;
+        uint256 count = job.participantCount;
+        for (uint256 i; i < count; ++i) {
+            address a = _participantAt[jobId][i];
+            bytes32 key = keccak256(abi.encode(seed, a));
+            if (filled == size && key >= keys[size - 1]) continue;
+            uint256 j = filled < size ? filled++ : size - 1;
+            while (j > 0 && keys[j - 1] > key) {
+                keys[j] = keys[j - 1];
+                drawn[j] = drawn[j - 1];
+                --j;
+            }
+            keys[j] = key;
+            drawn[j] = a;
+        }
+        for (uint256 s; s < size; ++s) {
+            seats[s] = drawn[s];
+            Participant storage p = _participants[jobId][drawn[s]];
+            p.committeeRound = next;
+            p.seat = uint8(s);
+        }
+    }
+
+    /// The seat bits of a packed score slot if it holds `round`'s scores, else none.
+    function _roundScores(uint256 slot, uint16 round) private pure returns (uint256) {
+        return slot >> SCORE_BITS == round ? slot & SCORE_MASK : 0;
     }
 
     function _job(uint256 jobId) private view returns (Job storage job) {

@@ -38,7 +38,7 @@ def test_propose_job_bounds_accept_the_limits(fed):
     job = fl.propose_job(
         fed.spec(
             rounds=10_000,
-            committee_size=16,
+            committee_size=15,
             top_k=255,
             min_trainers=184,
             train_period=7 * DAY,

@@ -3,6 +3,8 @@
 Hundreds of drawn rounds go through CommitteeRuleHarness (the same library the contract runs)
 with eth_call; a few drawn rounds go through submitUpdate / submitScores / finalizeRound (the
 last member's scores finalize the round themselves; finalizeRound runs when a member was silent).
+Both draw the members' scores of the base model and the job's margin: accepted iff the median
+beats the base scores' median by more than the margin.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from hypothesis import strategies as st
 from backend.ledger.contracts import pack_scores
 from fl_node.committee import MAX_SCORE, decide_round
 
+MARGINS = st.one_of(st.just(0), st.sampled_from([1, 100, 5000, MAX_SCORE]), st.integers(0, MAX_SCORE))
 # Few distinct values make ties (equal medians, even-count midpoints) frequent.
 SCORES = st.one_of(st.sampled_from([0, 1, 2, 5000, 5001, 9999, MAX_SCORE]), st.integers(0, MAX_SCORE))
 
 
 @st.composite
 def rounds(draw):
-    # mostly small rounds (py-evm runs ~100k opcodes/s), sometimes the full 16 seats
-    committee_size = draw(st.one_of(st.integers(1, 5), st.integers(1, 16)))
+    # mostly small rounds (py-evm runs ~100k opcodes/s), sometimes the full 15 seats
+    committee_size = draw(st.one_of(st.integers(1, 5), st.integers(1, 15)))
     n_trainers = draw(st.one_of(st.integers(0, 8), st.integers(0, 20)))
     ids = draw(
         st.lists(
@@ -41,22 +44,32 @@ def rounds(draw):
         if draw(st.booleans()):
             chosen = trainers  # scored every update
         scores[member] = {t: draw(SCORES) for t in chosen}
+    # the base model's scores: from the members who scored (each gives one on chain)
+    base = {m: draw(SCORES) for m in scores if draw(st.integers(0, 5))}
     top_k = draw(st.integers(1, 26))
-    return trainers, committee, scores, top_k
+    return trainers, committee, scores, top_k, base, draw(MARGINS)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds())
 def test_rule_harness_equals_reference(federation_base, drawn):
-    trainers, committee, scores, top_k = drawn
+    trainers, committee, scores, top_k, base, margin = drawn
     expected = decide_round(
-        trainers, scores, top_k=top_k, committee_size=len(committee), current_committee=committee
+        trainers,
+        scores,
+        top_k=top_k,
+        committee_size=len(committee),
+        current_committee=committee,
+        base_scores=base,
+        margin=margin,
     )
     packed = [
         pack_scores({seat: scores[m][t] for seat, m in enumerate(committee) if t in scores.get(m, {})})
         for t in trainers
     ]
-    got = federation_base.rule.decide(trainers, packed, top_k, len(committee), committee)
+    packed_base = pack_scores({seat: base[m] for seat, m in enumerate(committee) if m in base})
+    got = federation_base.rule.decide(trainers, packed, top_k, len(committee), committee, packed_base, margin)
+    assert got.base_median == expected.base_median
     assert got.ranking == expected.ranking
     assert got.medians == [expected.medians[t] for t in expected.ranking]
     assert got.accepted == expected.accepted
@@ -72,15 +85,20 @@ def test_rule_harness_equals_reference(federation_base, drawn):
     committee_size=st.integers(1, 3),
     trainers=st.integers(1, 5),
     top_k=st.integers(1, 4),
+    margin=MARGINS,
     data=st.data(),
 )
-def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, data):
+def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, margin, data):
     tester = fed.tester
     snapshot = tester.take_snapshot()
     try:
         participants = committee_size + trainers
         job, committee, trainer_ids = fed.running_job(
-            participants=participants, committee_size=committee_size, top_k=top_k, min_trainers=1
+            participants=participants,
+            committee_size=committee_size,
+            top_k=top_k,
+            min_trainers=1,
+            margin=margin,
         )
         submitted = [t for t in trainer_ids if data.draw(st.booleans(), label=f"submits {t}")] or trainer_ids[
             :1
@@ -88,13 +106,14 @@ def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, da
         for t in submitted:
             fed.member(t).fl.submit_update(job, 1, bytes([t]) * 32, bytes([t + 1]) * 32, 10)
         fed.advance(601)  # close training so that scoring opens even with missing updates
-        scores = {}
+        scores, base = {}, {}
         receipt = None
         for m in committee:
             if data.draw(st.booleans(), label=f"member {m} silent"):
                 continue
             given_scores = {fed.address(t): data.draw(SCORES, label=f"{m}->{t}") for t in submitted}
-            receipt = fed.member(m).fl.submit_scores(job, 1, given_scores)
+            base[fed.address(m)] = data.draw(SCORES, label=f"{m}->base")
+            receipt = fed.member(m).fl.submit_scores(job, 1, given_scores, base[fed.address(m)])
             scores[fed.address(m)] = given_scores
         if len(scores) < committee_size:  # a member was silent: the deadline path
             fed.advance(601)
@@ -106,7 +125,10 @@ def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, da
             top_k=top_k,
             committee_size=committee_size,
             current_committee=[fed.address(m) for m in committee],
+            base_scores=base,
+            margin=margin,
         )
+        assert outcome["baseMedian"] == expected.base_median and outcome["margin"] == margin
         assert outcome["accepted"] == expected.accepted
         assert outcome["nextCommittee"] == expected.next_committee
         assert outcome["medians"] == [expected.medians[t] for t in expected.ranking]

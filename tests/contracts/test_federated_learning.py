@@ -40,7 +40,8 @@ def test_propose_job_validates_spec_and_membership(fed):
     for field, value in [
         ("rounds", 0),
         ("committee_size", 0),
-        ("committee_size", 17),
+        ("committee_size", 16),  # 15 seats fit a score slot with its round tag
+        ("margin", 10_001),
         ("top_k", 0),
         ("min_trainers", 0),
         ("train_period", 0),
@@ -122,6 +123,13 @@ def test_submit_update_rules(fed):
     assert event.args["modelRef"] == "0x" + "09" * 64 and event.args["samples"] == 7
     with pytest.raises(errors.DuplicateUpdate):
         fl.submit_update(job, 1, REF, HASH, 1)
+    # a copy of another trainer's update (its content hash, any reference) is refused, not scored
+    copier = fed.member(trainers[1]).fl
+    with pytest.raises(errors.DuplicateContent) as caught:
+        copier.submit_update(job, 1, REF, HASH, 7)
+    assert caught.value.args_["firstTrainer"] == fed.address(t)
+    assert copier.content_owner(job, 1, HASH) == fed.address(t)
+    assert copier.get_job(job).update_count == 1
     with pytest.raises(errors.ScoringNotOpen):  # updates still missing, deadline not reached
         fed.member(committee[0]).fl.submit_scores(job, 1, {fed.address(t): 1})
     fed.advance(601)
@@ -141,9 +149,9 @@ def test_submit_scores_rules(fed):
     with pytest.raises(errors.ScoreOutOfRange):
         member.submit_scores(job, 1, {t0: 10_001})
     with pytest.raises(errors.LengthMismatch):
-        member.client.transact(member.encode("submitScores", job, 1, [t0, t1], [1]))
+        member.client.transact(member.encode("submitScores", job, 1, [t0, t1], [1], 0))
     with pytest.raises(errors.DuplicateScores):  # one trainer twice in one call
-        member.client.transact(member.encode("submitScores", job, 1, [t0, t0], [1, 2]))
+        member.client.transact(member.encode("submitScores", job, 1, [t0, t0], [1, 2], 0))
     member.submit_scores(job, 1, {t0: 9000, t1: 8000})
     with pytest.raises(errors.DuplicateScores):
         member.submit_scores(job, 1, {t0: 9000})
@@ -155,6 +163,62 @@ def test_submit_scores_rules(fed):
     # after the scoring deadline anyone may finalize with the scores that are in
     receipt = fed.member(11).fl.finalize_round(job, 1)
     assert receipt.event("RoundFinalized").args["accepted"] == [t0, t1]
+
+
+def test_margin_rule_needs_updates_to_beat_the_base_model(fed):
+    """Accepted iff median > median(base scores) + margin, as fl_node.committee.decide_round says;
+    a member cannot carry an update alone, and a model no better than the base never passes."""
+    job, committee, trainers = fed.running_job(participants=7, margin=150, top_k=4)
+    _train(fed, job, 1, trainers)
+    # trainer k's scores: the base (5000) plus 0, 100, 151, 400 from the honest pair; one member
+    # (seat 2) inflates every update to 10000 and gives the base 0
+    gain = dict(zip(trainers, (0, 100, 151, 400), strict=True))
+    scores = {m: {t: (10_000 if m == committee[2] else 5000 + gain[t]) for t in trainers} for m in committee}
+    base = {m: (0 if m == committee[2] else 5000) for m in committee}
+    with pytest.raises(errors.ScoreOutOfRange):
+        fed.member(committee[0]).fl.submit_scores(job, 1, {fed.address(trainers[0]): 1}, 10_001)
+    receipts = [
+        fed.member(m).fl.submit_scores(job, 1, {fed.address(t): v for t, v in scores[m].items()}, base[m])
+        for m in committee
+    ]
+    assert receipts[0].event("ScoresSubmitted").args["baseScore"] == 5000
+    outcome = receipts[-1].event("RoundFinalized").args
+    expected = decide_round(
+        [fed.address(t) for t in trainers],
+        {fed.address(m): {fed.address(t): v for t, v in scores[m].items()} for m in committee},
+        top_k=4,
+        committee_size=3,
+        current_committee=[fed.address(m) for m in committee],
+        base_scores={fed.address(m): v for m, v in base.items()},
+        margin=150,
+    )
+    assert expected.base_median == 5000 and outcome["baseMedian"] == 5000 and outcome["margin"] == 150
+    # medians are 5000+gain (two honest values and 10000 around them): only +151 and +400 pass
+    assert outcome["accepted"] == expected.accepted == [fed.address(trainers[3]), fed.address(trainers[2])]
+    assert outcome["ranking"] == expected.ranking
+    assert fed.member(0).fl.get_base_scores(job, 1) == {0: 5000, 1: 5000, 2: 0}
+    assert fed.member(0).fl.get_job(job).margin == 150
+
+
+def test_score_slots_are_reused_across_rounds(fed):
+    """Round 2's scores start empty although round 1 wrote the same slots (round tag)."""
+    job, committee, trainers = fed.running_job(participants=6, rounds=2)
+    _train(fed, job, 1, trainers)
+    last = _score_all(fed, job, 1, committee, trainers)[-1]
+    elected = last.event("RoundFinalized").args["nextCommittee"]
+    by_address = {fed.address(i): i for i in range(len(fed.ledgers))}
+    new_committee = [by_address[a] for a in elected]
+    fed.member(new_committee[0]).fl.propose_global_model(job, 1, REF, MODEL)
+    fed.member(new_committee[1]).fl.confirm_global_model(job, 1, MODEL)
+    assert fed.member(0).fl.get_update(job, 2, 0).trainer == "0x" + "0" * 40  # no round-2 update yet
+    trainers2 = sorted(set(range(6)) - set(new_committee))
+    _train(fed, job, 2, trainers2)
+    first = fed.member(0).fl.get_update(job, 2, 0)
+    assert first.trainer == fed.address(trainers2[0]) and first.packed_scores == 0
+    assert fed.member(0).fl.get_base_scores(job, 2) == {}
+    fed.member(new_committee[0]).fl.submit_scores(job, 2, {fed.address(trainers2[0]): 7})
+    assert fed.member(0).fl.get_update(job, 2, 0).scores_by_seat() == {0: 7}
+    assert fed.member(0).fl.get_update(job, 1, 0).trainer == "0x" + "0" * 40  # round 1 is gone
 
 
 def test_full_job_matches_reference_rule(fed):
@@ -316,3 +380,71 @@ def test_deadlines_in_blocks(fed):
     fed.tester.mine_blocks(3)
     with pytest.raises(errors.DeadlinePassed):
         fed.member(2).fl.join(job, 3)
+
+
+def _drawn(seed: str, participants: list[str], size: int) -> list[str]:
+    """The committee _drawCommittee seats: the smallest keccak(abi.encode(seed, address))."""
+    from eth_abi import encode
+    from eth_utils import keccak
+
+    key = bytes.fromhex(seed.removeprefix("0x"))
+    return sorted(participants, key=lambda a: keccak(encode(["bytes32", "address"], [key, a])))[:size]
+
+
+def test_overdue_aggregation_is_skipped_and_the_job_never_hangs(fed):
+    """A silent elected committee: after the aggregation deadline anyone skips; the round keeps the
+    previous model, a drawn committee takes the next round, and the last skip finishes the job."""
+    job, committee, trainers = fed.running_job(participants=8, rounds=2)
+    _train(fed, job, 1, trainers)
+    finalized = _score_all(fed, job, 1, committee, trainers)[-1].event("RoundFinalized").args
+    elected = finalized["nextCommittee"]
+    assert finalized["aggregateDeadline"] == fed.member(0).fl.get_job(job).score_deadline
+    with pytest.raises(errors.AggregationNotOverdue):
+        fed.member(11).fl.skip_aggregation(job, 1)
+    fed.advance(601)  # the aggregation deadline: one score period after the round finalized
+    with pytest.raises(errors.NotMember):
+        fed.outsider().fl.skip_aggregation(job, 1)
+    receipt = fed.member(11).fl.skip_aggregation(job, 1)  # any member, not only a participant
+    skipped = receipt.event("AggregationSkipped").args
+    opened = receipt.event("RoundOpened").args
+    everyone = [fed.address(i) for i in range(8)]
+    assert skipped["modelHash"] == opened["modelHash"] == "0x" + HASH.hex()  # the model carried forward
+    assert opened["round"] == 2 and opened["committee"] == skipped["committee"]
+    drawn = skipped["committee"]
+    assert len(set(drawn)) == 3 and set(drawn) <= set(everyone)
+    assert drawn == _drawn(skipped["seed"], everyone, 3)
+    fl = fed.member(0).fl
+    assert fl.committee(job) == drawn
+    for address in everyone:
+        info = fl.get_participant(job, address)
+        assert (info.committee_round == 2) == (address in drawn), address
+    assert set(elected) - set(drawn)  # the silent elected members lost their seats (this draw)
+    # round 2 runs with the drawn committee; its aggregation is skipped too: the job finishes
+    index = {fed.address(i): i for i in range(8)}
+    members2 = [index[a] for a in drawn]
+    trainers2 = [i for i in range(8) if i not in members2]
+    _train(fed, job, 2, trainers2)
+    _score_all(fed, job, 2, members2, trainers2)
+    with pytest.raises(errors.AggregationNotOverdue):
+        fl.skip_aggregation(job, 2)
+    fed.advance(601)
+    finished = fl.skip_aggregation(job, 2).event("JobFinished").args
+    assert finished["modelHash"] == "0x" + HASH.hex()
+    state = fl.get_job(job)
+    assert state.status is JobStatus.FINISHED and state.model_hash == HASH
+    with pytest.raises(errors.JobNotRunning):
+        fl.skip_aggregation(job, 2)
+
+
+def test_a_model_fixed_in_time_cannot_be_skipped(fed):
+    job, committee, trainers = fed.running_job(participants=6, rounds=2)
+    _train(fed, job, 1, trainers)
+    elected = _score_all(fed, job, 1, committee, trainers)[-1].event("RoundFinalized").args["nextCommittee"]
+    index = {fed.address(i): i for i in range(6)}
+    fed.member(index[elected[0]]).fl.propose_global_model(job, 1, REF, MODEL)
+    fed.member(index[elected[1]]).fl.confirm_global_model(job, 1, MODEL)
+    fed.advance(601)
+    with pytest.raises(errors.WrongPhase):  # round 2 is training: nothing to skip
+        fed.member(0).fl.skip_aggregation(job, 2)
+    with pytest.raises(errors.WrongRound):
+        fed.member(0).fl.skip_aggregation(job, 1)

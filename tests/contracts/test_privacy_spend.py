@@ -124,7 +124,7 @@ def test_spend_rounds_and_the_per_round_limit(fed):
     for i in trainers:
         if i != t:
             fed.member(i).fl.spend_privacy(job, 1, 1)
-        fed.member(i).fl.submit_update(job, 1, REF, HASH, 10)
+        fed.member(i).fl.submit_update(job, 1, REF, bytes([i + 1]) * 32, 10)
     for m in committee:
         fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
     assert fed.member(0).fl.get_job(job).phase is RoundPhase.AGGREGATING
@@ -141,7 +141,7 @@ def test_no_spend_past_the_last_round(fed):
     job, committee, trainers = _dp_job(fed, rounds=1)
     for i in trainers:
         fed.member(i).fl.spend_privacy(job, 1, 1)
-        fed.member(i).fl.submit_update(job, 1, REF, HASH, 10)
+        fed.member(i).fl.submit_update(job, 1, REF, bytes([i + 1]) * 32, 10)
     for m in committee:
         fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
     with pytest.raises(errors.WrongRound):

@@ -71,3 +71,48 @@ def test_round_finishes_without_an_absent_trainer_and_an_absent_proposer(operato
     proposal = mirror.GlobalModelProposal.objects.get(job=job, round=1)
     assert proposal.proposer == next_committee[1]  # the fallback proposer
     assert proposal.votes == 2
+
+
+def test_a_silent_committee_cannot_stall_the_job(operator_client, monkeypatch):
+    """The whole elected committee goes away after the round is finalized: once the aggregation
+    deadline passed, a present node skips the aggregation on chain; the round keeps the previous
+    (initial) model and the job finishes instead of hanging."""
+    nodes = make_nodes(5, seed="jobs-skip", proposer_fallback_s=1.0)
+    datasets = [
+        add_dataset(node, monkeypatch, x, y, name=f"digits-{i}")
+        for i, (node, (x, y)) in enumerate(zip(nodes, digits_parts(5), strict=True))
+    ]
+    request = job_request(
+        datasets[0].pk,
+        rounds=1,
+        local_epochs=1,
+        committee_size=1,
+        top_k=3,
+        round_timeout_s=30,
+        score_timeout_s=20,
+    )
+    with acting_as(nodes[0], monkeypatch):
+        job_id = operator_client.post("/api/jobs", request, format="json").json()["id"]
+    for node, dataset in zip(nodes, datasets, strict=True):
+        with acting_as(node, monkeypatch):
+            assert (
+                operator_client.post(f"/api/jobs/{job_id}/join", {"dataset": dataset.pk}).status_code == 200
+            )
+    with acting_as(nodes[0], monkeypatch):
+        assert operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json").status_code == 200
+
+    fl = nodes[0].ctx.ledger.fl
+    initial = fl.get_job(job_id).model_hash
+    run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1)  # finalized: aggregating
+    silent = set(fl.committee(job_id))
+    present = [node for node in nodes if node.ctx.address not in silent]
+    run_until(present, monkeypatch, lambda: fl.get_job(job_id).status == 3)  # Finished
+
+    state = fl.get_job(job_id)
+    assert state.model_hash == initial  # the previous model carried forward
+    chain.sync_mirror(nodes[0].ctx)
+    job = mirror.Job.objects.get(job_id=job_id)
+    assert job.rounds_set.get(number=1).status == mirror.Round.Status.SKIPPED
+    assert not job.proposals.filter(round=1).exists()
+    skips = mirror.ChainEvent.objects.filter(name="AggregationSkipped", args__jobId=job_id)
+    assert skips.count() == 1

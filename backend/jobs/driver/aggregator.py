@@ -75,7 +75,15 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
 
 
 def propose_or_confirm(ctx, job: mirror.Job, config: JobConfig, round_: int, first_seen: float) -> Outcome:
+    on_chain = chain.job_state(ctx, job.job_id)
+    if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.AGGREGATING:
+        return Outcome(True, "the round has moved on")
+    # In the aggregating phase the contract keeps the aggregation deadline in score_deadline.
+    if chain.contract_now(ctx, on_chain) > on_chain.score_deadline:
+        return _skip(ctx, job, round_, first_seen)
     participant = chain.participant(ctx, job.job_id)
+    if participant.committee_round != round_ + 1:
+        return Outcome(False, "not on the committee; waiting for the aggregation deadline")
     if participant.vote_round == round_:
         return Outcome(True, "voted already")
     model_hash, data = aggregate(ctx, job, config, round_)
@@ -95,6 +103,29 @@ def propose_or_confirm(ctx, job: mirror.Job, config: JobConfig, round_: int, fir
     except ledger_errors.ProposalExists:
         return _confirm(ctx, job, round_, model_hash, data)  # a fellow member proposed it meanwhile
     return Outcome(True, f"proposed {model_hash[:12]}…", receipt.tx_hash)
+
+
+def _skip(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
+    """The aggregation deadline passed with no model fixed: skip the aggregation on chain.
+
+    One node sends at once, the first seat of the committee that scored the round (it has just
+    shown it is alive); every other node only after ``proposer_fallback_s``, if still needed.
+    """
+    waited = time.time() - first_seen
+    designated = (state.seats(job, round_) or [""])[0] == ctx.address
+    if not designated and waited < ctx.proposer_fallback_s:
+        return Outcome(
+            False,
+            f"aggregation overdue; skipping after {ctx.proposer_fallback_s:.0f}s if still open",
+            recheck_s=ctx.proposer_fallback_s - waited,
+        )
+    try:
+        receipt = chain.skip_aggregation(ctx, job.job_id, round_)
+    except (ledger_errors.WrongPhase, ledger_errors.WrongRound, ledger_errors.JobNotRunning):
+        return Outcome(True, "the round moved on without this skip")
+    except ledger_errors.AggregationNotOverdue:
+        return Outcome(False, "the aggregation deadline has not passed on chain yet")
+    return Outcome(True, "aggregation skipped: the previous model carried forward", receipt.tx_hash)
 
 
 def _confirm(ctx, job: mirror.Job, round_: int, model_hash: str, data: bytes) -> Outcome:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from backend.jobs import blobs, chain
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import privacy as round_privacy
@@ -32,6 +34,8 @@ from fl_node.score import score_update_int
 _scored: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
 # (node, job, round) -> the spendPrivacy of the round's score release (None: nothing owed on chain).
 _score_spends: dict[tuple[str, int, int], object] = {}
+# the key under which ``_scored`` keeps this member's score of the round's base model
+BASE = ("base", "base")
 
 
 def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
@@ -62,13 +66,14 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
             False, f"scored {len(updates)} of {expected} updates as they came; waiting for the rest"
         )
     scores = {u.trainer: known[(u.trainer, u.content_hash)] for u in updates}
+    base_score = known.get(BASE, 0)
     key = (ctx.address, job.job_id, round_)
     if key in _score_spends:  # the chain records the scores' cost before it sees them
         with timing.part(timing.PRIVACY):
             round_privacy.await_spend(claim, _score_spends[key])
     dataset = state.my_dataset(job, ctx.address)
     try:
-        receipt = chain.submit_scores(ctx, job.job_id, round_, scores)
+        receipt = chain.submit_scores(ctx, job.job_id, round_, scores, base_score)
     except ledger_errors.ScoringNotOpen:
         return Outcome(False, "scoring is not open yet (updates still due)")
     except ledger_errors.UnknownUpdate:
@@ -94,7 +99,7 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
 def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict, claim: RoundAction) -> None:
     """Score the updates not scored yet, on this node's validation data, into ``known``."""
     new = [u for u in updates if (u.trainer, u.content_hash) not in known]
-    if not new:
+    if not new and BASE in known:
         return
     with timing.part(timing.PREPARE):
         dataset = state.my_dataset(job, ctx.address)
@@ -111,6 +116,20 @@ def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict, c
         bound = blobs.update_max_bytes(global_state)
         scratch = workspace.scratch_model(config)
         x_val, y_val = val.tensors()
+    if BASE not in known:
+        # The unchanged global model, scored like an update (a zero one) in the same release:
+        # the contract accepts only updates whose median beats the base median by the margin.
+        zero = {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
+        with timing.part(timing.SCORE):
+            known[BASE] = score_update_int(
+                scratch,
+                global_state,
+                zero,
+                x_val,
+                y_val,
+                metric=config.score_metric,
+                noise_multiplier=plan.score_noise_multiplier,
+            )
     for update in new:
         key = (update.trainer, update.content_hash)
         try:

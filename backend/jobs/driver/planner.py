@@ -7,6 +7,7 @@ and every action re-checks the contract before it sends anything.
     round r Training, me on r's committee, not scored, an update in or update deadline passed -> SCORE
     round r Training, the score deadline passed with scores missing                           -> FINALIZE
     round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
+    round r Aggregating, its aggregation deadline passed (any participant)                  -> AGGREGATE (skip)
     round r Aggregating, me not on the next committee, r < rounds, speculating              -> TRAIN r+1
     GlobalModelFixed for round r, not served here yet                                         -> REGISTER
     GlobalModelFixed for round r, no metrics of mine for r, not scoring round r+1             -> MEASURE
@@ -56,6 +57,12 @@ def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -
         return []
     if round_.status == mirror.Round.Status.AGGREGATING:
         next_committee = state.seats(job, number + 1)
+        overdue = round_.aggregate_deadline is not None and now > round_.aggregate_deadline
+        if overdue:
+            # No model fixed in time: any participant may skip the aggregation (the round keeps
+            # the previous model and a drawn committee takes over); aggregator.propose_or_confirm
+            # sends it. A member that voted already has its action done, the others do it.
+            return [Due(job.job_id, number, Kind.AGGREGATE)]
         if address in next_committee:
             voted = address in state.voters(job.job_id, number)
             return [] if voted else [Due(job.job_id, number, Kind.AGGREGATE)]

@@ -39,8 +39,9 @@ MAX_ABANDONED = 16
 
 
 def scores_per_round(job: mirror.Job) -> int:
-    """Updates a committee member scores in a round: every participant not on the committee."""
-    return max(job.participants.count() - job.committee_size, 1)
+    """Scores a committee member releases in a round: one per participant not on the committee,
+    and one of the base (current global) model, which the contract's margin rule compares with."""
+    return max(job.participants.count() - job.committee_size, 1) + 1
 
 
 def node_plan(job: mirror.Job, config: JobConfig, dataset) -> PrivacyPlan:

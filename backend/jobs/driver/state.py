@@ -31,7 +31,15 @@ def seats(job: mirror.Job, round_: int) -> list[str]:
 
 
 def base_model(job: mirror.Job, round_: int) -> tuple[str, str]:
-    """(reference, hash) of the global model that round ``round_`` starts from."""
+    """(reference, hash) of the global model that round ``round_`` starts from: the model fixed for
+    the round before, or, where that round's aggregation was skipped, the one it carried forward."""
+    skipped = set(
+        job.rounds_set.filter(number__lt=round_, status=mirror.Round.Status.SKIPPED).values_list(
+            "number", flat=True
+        )
+    )
+    while round_ > 1 and round_ - 1 in skipped:
+        round_ -= 1
     if round_ <= 1:
         return job.initial_model_ref, job.initial_model_hash
     fixed = job.global_models.filter(round=round_ - 1).first()
