@@ -32,11 +32,30 @@ to dense's), ``dense_model_overhead`` (on a model whose update is dense: a
 The target defaults to dense FedAvg's held-out loss at its last round plus 1%
 (the dense arm must reach its own end point; the hybrid one the same value).
 
+A real local federation (backend.localnet: anvil, three node processes, the REST API,
+the swarm store) then trains the ``text`` classifier (a 20,000-row embedding) on the
+generated ``zipf_text`` corpus, DP-SGD at epsilon 8 as every job that a dataset may join,
+one job per arm on the same datasets and job seed (the DP noise is secret randomness,
+fresh in each run):
+
+* ``hybrid``  -- encoding "auto", the embedding named as the sparse table, and the sound
+  sparse option under DP: the table keeps a public, seeded set of ``--fed-public-rows``
+  rows per round (fl_node.sparse.public_rows), HybridAveraging;
+* ``dense``   -- FedAvg, every tensor dense (every noised row);
+* ``delta``   -- every tensor of 2+ dims as a delta array of the rows it changed: under
+  DP-SGD that is every noised row, so it costs a row id per row more than dense.
+
+Per round: the bytes of the updates stored in the swarm (blob sizes), the measured wall
+time from the job's start until the round's global model was fixed, and that model's
+loss on a test split no node holds. ``fed_*`` figures: as above, with the target the
+dense arm's final test loss plus 1%.
+
 Run from the repository root: ``.venv/bin/python bench/sparse.py`` (about
 13 minutes on the shared 2-core machine at load 10; most of it is full-softmax
 evaluation over 50,000 tokens); ``--big`` for a larger run (64-dim embeddings, more
-rounds, more data). Writes ``bench/out/sparse.png`` (loss against bytes and
-against time). The last printed line is one JSON object.
+rounds, more data); ``--no-federation`` / ``--federation-only`` run one section. Writes
+``bench/out/sparse.png`` (loss against bytes and against time, one row of plots per
+section). The last printed line is one JSON object.
 """
 
 from __future__ import annotations
@@ -200,13 +219,231 @@ def dense_overhead(args: argparse.Namespace) -> dict:
     }
 
 
-def plot(results: dict, path: Path) -> None:
+# ---------------------------------------------------------------- a real local federation
+
+FED_TABLE = "embedding.weight"
+FED_NODES = 3
+
+
+def federation_arms(public_rows: int) -> dict[str, dict]:
+    """Job settings per arm; everything else (data, seeds, DP, rounds) is the same."""
+    table = [FED_TABLE]
+    return {
+        # The sound sparse option under DP: the table keeps a public, seeded set of rows per round.
+        "hybrid": {
+            "strategy": "hybrid",
+            "strategy_params": {"sparse_names": table},
+            "sparse": {"encoding": "auto", "tables": table, "public_rows": public_rows},
+        },
+        "dense": {"strategy": "fedavg", "sparse": {"encoding": "dense"}},
+        # Every 2+-dim tensor as a delta array of the rows it changed: under DP, every noised row.
+        "delta": {
+            "strategy": "hybrid",
+            "strategy_params": {"sparse_names": table},
+            "sparse": {"encoding": "delta"},
+        },
+    }
+
+
+def run_federation(args: argparse.Namespace) -> dict[str, dict]:
+    """Three node processes (backend.localnet), one job per arm on the same datasets, one after another.
+
+    Per round: the bytes of the updates stored in the swarm (their blobs' sizes), the wall time
+    from the job's start until the round's global model was fixed (polled once a second), and
+    the loss of that model on a held-out test split no node holds.
+    """
+    import tempfile
+
+    from backend.localnet import LocalFederation, NodeSpec
+    from fl_node.codec import decode_model
+    from fl_node.data import load_dataset
+    from fl_node.partition import partition
+
+    corpus = load_dataset(
+        "zipf_text", seed=args.seed, num_samples=args.fed_samples, vocab_size=args.fed_vocab
+    )
+    parts = partition(corpus.train.y, FED_NODES, "iid", seed=args.seed)
+    test_x, test_y = corpus.test.tensors()
+    net = create_model(
+        "text",
+        input_shape=(test_x.shape[1],),
+        num_classes=4,
+        vocab_size=args.fed_vocab,
+        embed_dim=args.fed_dim,
+    )
+    specs = [NodeSpec(f"org-{c}") for c in "abc"[:FED_NODES]]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-sparse-") as root:
+        with LocalFederation(Path(root), specs, log=lambda _line: None) as fed:
+            print(f"federation: {FED_NODES} nodes up", flush=True)
+            datasets = [
+                fed.upload_dataset(
+                    node,
+                    corpus.train.x[p].astype(np.float32),  # token ids, exact in float32 below 2**24
+                    corpus.train.y[p],
+                    name=f"{node.spec.name}-text",
+                    classes=range(4),
+                    epsilon_cap=100.0,  # three jobs of the same data, one per arm
+                )
+                for node, p in zip(fed.nodes, parts, strict=True)
+            ]
+            first = fed.nodes[0]
+            for arm, settings in federation_arms(args.fed_public_rows).items():
+                payload = {
+                    "name": f"bench-sparse-{arm}",
+                    "model": "text",
+                    "model_options": {"vocab_size": args.fed_vocab, "embed_dim": args.fed_dim},
+                    "dataset": datasets[0]["id"],
+                    "rounds": args.fed_rounds,
+                    "local_epochs": 1,
+                    "batch_size": 64,
+                    "lr": args.fed_lr,
+                    "dp": {
+                        "mode": "sgd",
+                        "target_epsilon": args.fed_epsilon,
+                        "delta": 1e-5,
+                        "max_grad_norm": 1.0,
+                    },
+                    "committee_size": 1,
+                    "top_k": 2,
+                    "min_trainers": 2,
+                    "round_timeout_s": 900,
+                    "seed": args.seed,
+                } | settings
+                job = fed.create_job(first, payload)
+                for node, dataset in zip(fed.nodes, datasets, strict=True):
+                    fed.join(node, job["id"], dataset["id"])
+                if not fed.wait_prepared(job["id"], timeout_s=600):
+                    raise RuntimeError(f"{arm}: a node did not prepare the job")
+                fixed_at: dict[int, float] = {}
+                started = time.monotonic()
+
+                def progress(_job, rounds, fixed_at=fixed_at, started=started):
+                    for r in rounds:
+                        if r["global_model"] and r["round"] not in fixed_at:
+                            fixed_at[r["round"]] = time.monotonic() - started
+
+                fed.start_job(first, job["id"])
+                final = fed.wait_for_job(job["id"], timeout_s=3600, on_progress=progress)
+                if final["status"] != "finished":
+                    raise RuntimeError(f"{arm}: the job ended {final['status']}")
+                results[arm] = _federation_rounds(
+                    first,
+                    job["id"],
+                    fed.rounds(first, job["id"]),
+                    fixed_at,
+                    net,
+                    test_x,
+                    test_y,
+                    decode_model,
+                )
+                for r in results[arm]["rounds"]:
+                    print(
+                        f"  fed {arm:6} round {r['round']}: loss {r['loss']:.4f}  {r['update_bytes'] / 1e6:7.3f} MB  "
+                        f"fixed at {r['elapsed']:6.1f} s",
+                        flush=True,
+                    )
+    return results
+
+
+def _federation_rounds(
+    node, job_id: int, rounds: list[dict], fixed_at: dict, net, test_x, test_y, decode_model
+) -> dict:
+    session = node.api()
+    listing = session.get(f"{node.url}/api/models", params={"page_size": 1000}, timeout=60).json()
+    items = listing["results"] if isinstance(listing, dict) else listing
+    models = {m["round"]: m for m in items if int(m["job"]) == int(job_id)}
+    out = []
+    for r in rounds:
+        number = r["round"]
+        sizes = []
+        for update in r["updates"]:
+            stat = session.get(f"{node.url}/api/swarm/blobs/{update['reference']}/stat", timeout=60)
+            stat.raise_for_status()
+            sizes.append(int(stat.json()["size"]))
+        blob = session.get(f"{node.url}/api/models/{models[number]['id']}/download", timeout=120)
+        blob.raise_for_status()
+        state, _ = decode_model(blob.content)
+        net.load_state_dict(state)
+        out.append(
+            {
+                "round": number,
+                "loss": evaluate(net, test_x, test_y)["loss"],
+                "update_bytes": sum(sizes),
+                "updates": len(sizes),
+                "elapsed": fixed_at.get(number),
+                "encodings": {
+                    name: entry for name, entry in (r.get("encodings") or {}).items() if name == FED_TABLE
+                },
+            }
+        )
+    # Seconds of each round, as the plot's cumulative axis expects.
+    previous = 0.0
+    for entry in out:
+        entry["seconds"] = (entry["elapsed"] or previous) - previous
+        previous = entry["elapsed"] or previous
+    return {"rounds": out}
+
+
+def federation_figures(results: dict[str, dict], args: argparse.Namespace) -> dict:
+    dense = results["dense"]["rounds"]
+    target = args.fed_target if args.fed_target is not None else dense[-1]["loss"] * 1.01
+    per_round = {
+        a: float(np.mean([r["update_bytes"] / max(r["updates"], 1) for r in res["rounds"]]))
+        for a, res in results.items()
+    }
+    times = {a: time_to(res, target) for a, res in results.items()}
+    final = {a: res["rounds"][-1]["loss"] for a, res in results.items()}
+    return {
+        "fed_sparse_bytes_ratio": round(per_round["hybrid"] / per_round["dense"], 4),
+        "fed_delta_bytes_ratio": round(per_round["delta"] / per_round["dense"], 4),
+        "fed_time_to_target_ratio": (
+            round(times["hybrid"] / times["dense"], 4) if times["hybrid"] and times["dense"] else None
+        ),
+        "fed_delta_time_to_target_ratio": (
+            round(times["delta"] / times["dense"], 4) if times["delta"] and times["dense"] else None
+        ),
+        "fed_final_loss_gap": round((final["hybrid"] - final["dense"]) / final["dense"], 4) + 0.0,
+        "fed_target_loss": round(target, 4),
+        "fed_final_loss": {a: round(v, 4) for a, v in final.items()},
+        "fed_time_to_target_s": {a: (round(t, 1) if t else None) for a, t in times.items()},
+        "fed_bytes_per_update": {a: int(v) for a, v in per_round.items()},
+        "fed_bytes_per_round": {
+            a: int(np.mean([r["update_bytes"] for r in res["rounds"]])) for a, res in results.items()
+        },
+        "fed_round_seconds": {
+            a: round(float(np.mean([r["seconds"] for r in res["rounds"]])), 1) for a, res in results.items()
+        },
+        "fed_hybrid_encodings_last_round": results["hybrid"]["rounds"][-1]["encodings"],
+        "fed_nodes": FED_NODES,
+        "fed_vocab": args.fed_vocab,
+        "fed_rounds": args.fed_rounds,
+        "fed_public_rows": args.fed_public_rows,
+        "fed_epsilon": args.fed_epsilon,
+    }
+
+
+def plot(results: dict | None, path: Path, federation: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_bytes, by_time) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    panels = [(results, "lm, 8 simulated nodes, topic-skewed", "transfer modelled")] if results else []
+    if federation:
+        panels.append((federation, "text classifier, 3 node processes, DP-SGD", "measured"))
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 4 * len(panels)), dpi=120, squeeze=False)
+    for (arms, title, clock), (by_bytes, by_time) in zip(panels, axes, strict=True):
+        _plot_panel(arms, by_bytes, by_time, clock)
+        by_bytes.set_title(title)
+    fig.suptitle("hybrid (auto) vs dense FedAvg vs always-delta")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_panel(results: dict, by_bytes, by_time, clock: str) -> None:
     for arm, result in results.items():
         loss = [r["loss"] for r in result["rounds"]]
         sent = np.cumsum([r["update_bytes"] for r in result["rounds"]]) / 1e6
@@ -215,16 +452,11 @@ def plot(results: dict, path: Path) -> None:
         by_time.plot(elapsed, loss, marker="o", markersize=3, label=arm)
     by_bytes.set_xscale("log")
     by_bytes.set_xlabel("update bytes sent (MB, cumulative, log)")
-    by_time.set_xlabel("wall time (s, cumulative; transfer modelled)")
+    by_time.set_xlabel(f"wall time (s, cumulative; {clock})")
     for axis in (by_bytes, by_time):
         axis.set_ylabel("held-out loss")
         axis.grid(alpha=0.3)
         axis.legend()
-    fig.suptitle("lm, 8 nodes, topic-skewed: hybrid (auto) vs dense FedAvg vs always-delta")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def main() -> None:
@@ -243,6 +475,19 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "sparse.png")
+    section = parser.add_mutually_exclusive_group()
+    section.add_argument("--no-federation", action="store_true", help="the simulation only")
+    section.add_argument("--federation-only", action="store_true", help="the real 3-node federation only")
+    parser.add_argument("--fed-rounds", type=int, default=4)
+    parser.add_argument("--fed-vocab", type=int, default=20_000)
+    parser.add_argument("--fed-dim", type=int, default=16)
+    parser.add_argument("--fed-samples", type=int, default=3000, help="records of the generated corpus")
+    parser.add_argument(
+        "--fed-public-rows", type=int, default=2000, help="hybrid: public rows kept per round"
+    )
+    parser.add_argument("--fed-epsilon", type=float, default=8.0)
+    parser.add_argument("--fed-lr", type=float, default=0.5)
+    parser.add_argument("--fed-target", type=float, default=None, help="test loss target (default: see doc)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.dim = 64 if args.big else 32
@@ -253,6 +498,35 @@ def main() -> None:
     if args.topics % args.nodes:
         parser.error("--topics must be a multiple of --nodes")
 
+    figures: dict = {}
+    results = None
+    if not args.federation_only:
+        results, simulated = simulation(args)
+        figures |= simulated
+    federation = None
+    if not args.no_federation:
+        federation = run_federation(args)
+        figures |= federation_figures(federation, args)
+        _print_federation(federation, figures)
+    plot(results, args.out, federation)
+    print(f"plot: {args.out}")
+    print(json.dumps(figures, sort_keys=True))
+
+
+def _print_federation(federation: dict, figures: dict) -> None:
+    print(f"\nreal federation: target test loss {figures['fed_target_loss']:.4f}")
+    print(f"{'arm':8} {'MB/update':>10} {'bytes vs dense':>15} {'time to target':>15} {'final loss':>11}")
+    dense = figures["fed_bytes_per_update"]["dense"]
+    for arm, res in federation.items():
+        t = figures["fed_time_to_target_s"][arm]
+        reached = f"{t:.1f} s" if t else "not reached"
+        per = figures["fed_bytes_per_update"][arm]
+        print(
+            f"{arm:8} {per / 1e6:10.3f} {per / dense:15.4f} {reached:>15} {res['rounds'][-1]['loss']:11.4f}"
+        )
+
+
+def simulation(args: argparse.Namespace) -> tuple[dict, dict]:
     nodes, test = node_data(args)
     print(f"{args.nodes} nodes x {len(nodes[0])} windows, vocabulary {args.vocab}, {args.rounds} rounds")
     results = {arm: run_arm(arm, args, nodes, test, vocab=args.vocab, sampled=256) for arm in ARMS}
@@ -261,7 +535,6 @@ def main() -> None:
     per_round = {a: float(np.mean([r["update_bytes"] for r in res["rounds"]])) for a, res in results.items()}
     times = {a: time_to(res, target) for a, res in results.items()}
     overhead = dense_overhead(args)
-    plot(results, args.out)
 
     print(f"\ntarget held-out loss {target:.4f}")
     print(f"{'arm':8} {'MB/round':>10} {'bytes vs dense':>15} {'time to target':>15} {'final loss':>11}")
@@ -272,7 +545,6 @@ def main() -> None:
             f"{reached:>15} {res['rounds'][-1]['loss']:11.4f}"
         )
     print(f"dense-model overhead (auto / dense): {overhead['dense_model_overhead']:.4f}")
-    print(f"plot: {args.out}")
     final = {a: res["rounds"][-1]["loss"] for a, res in results.items()}
     figures = {
         "sparse_bytes_ratio": round(per_round["hybrid"] / per_round["dense"], 4),
@@ -297,7 +569,7 @@ def main() -> None:
         "rounds": args.rounds,
         "link_mbit": args.link_mbit,
     }
-    print(json.dumps(figures, sort_keys=True))
+    return results, figures
 
 
 if __name__ == "__main__":
