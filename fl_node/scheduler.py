@@ -209,6 +209,10 @@ class AimdConfig:
             raise ValueError(f"base_steps must be a positive integer, got {self.base_steps!r}")
         if not isinstance(self.min_steps, int) or self.min_steps < 1:
             raise ValueError(f"min_steps must be a positive integer, got {self.min_steps!r}")
+        if self.max_steps is not None and (
+            not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool)
+        ):
+            raise ValueError(f"max_steps must be an integer, got {self.max_steps!r}")
         if self.upper < self.min_steps or not self.min_steps <= self.base_steps <= self.upper:
             raise ValueError("need min_steps <= base_steps <= max_steps")
         if self.increase is not None and (not isinstance(self.increase, int) or self.increase < 1):

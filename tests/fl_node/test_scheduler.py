@@ -182,7 +182,13 @@ def test_aimd_rejects_bad_measurements(kwargs):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"base_steps": 0}, {"base_steps": 5, "max_steps": 4}, {"base_steps": 5, "decrease": 1.0}],
+    [
+        {"base_steps": 0},
+        {"base_steps": 5, "max_steps": 4},
+        {"base_steps": 5, "max_steps": 7.5},
+        {"base_steps": 5, "decrease": 1.0},
+        {"base_steps": 5, "decrease": math.nan},
+    ],
 )
 def test_aimd_config_rejects_bad_bounds(kwargs):
     with pytest.raises(ValueError):
