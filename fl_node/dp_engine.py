@@ -114,24 +114,58 @@ def unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def draw_noise(owner: object, params: list[torch.Tensor], std: float) -> list[torch.Tensor]:
-    """This step's Gaussian noise for each of ``params``, from ``owner.noise``.
+class StepNoise:
+    """Each step's Gaussian noise for a fixed list of tensors, in one flat buffer the caller may keep.
 
-    A secret stream draws the whole step at once, one step ahead on a helper thread (the
-    noise does not depend on the data); a torch generator draws parameter by parameter, in
-    Opacus's order, so tests can compare the two engines draw for draw.
+    An engine (``BookKeepingDP``, ``fl_node.train.SecretNoiseDPOptimizer``) owns one and closes
+    it when it closes. From a secret stream the whole step is one draw, made a step ahead on a
+    helper thread (``NoiseAhead``: the noise does not depend on the data); from a torch
+    generator the draws go tensor by tensor in Opacus's order, so tests can compare two
+    engines draw for draw. Tensors of mixed dtypes get one draw each and no flat buffer.
     """
-    source = owner.noise
-    dtypes = {p.dtype for p in params}
-    if isinstance(source, SecureRandom) and len(dtypes) == 1:
-        ahead = getattr(owner, "_noise_ahead", None)
-        if ahead is None or getattr(owner, "_noise_std", None) != std:
-            if ahead is not None:
-                ahead.close()
-            ahead = NoiseAhead(source, [p.shape for p in params], std=std, dtype=dtypes.pop())
-            owner._noise_ahead, owner._noise_std = ahead, std
-        return ahead.take()
-    return [source.normal(p.shape, std=std, dtype=p.dtype) for p in params]
+
+    def __init__(self, source: NoiseSource, tensors: list[torch.Tensor]) -> None:
+        self.source = source
+        self._shapes = [t.shape for t in tensors]
+        self._sizes = [t.numel() for t in tensors]
+        dtypes = {t.dtype for t in tensors}
+        self._dtype = dtypes.pop() if len(dtypes) == 1 else None
+        self._dtypes = [t.dtype for t in tensors]
+        self._ahead: NoiseAhead | None = None
+        self._ahead_std: float | None = None
+
+    def draw(self, std: float) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """(flat buffer or None, one fresh noise tensor per tensor, views of the buffer when there is one)."""
+        if self._dtype is None:
+            if std == 0:
+                return None, [
+                    torch.zeros(s, dtype=d) for s, d in zip(self._shapes, self._dtypes, strict=True)
+                ]
+            return None, [
+                self.source.normal(s, std=std, dtype=d)
+                for s, d in zip(self._shapes, self._dtypes, strict=True)
+            ]
+        total = sum(self._sizes)
+        if std == 0:
+            flat = torch.zeros(total, dtype=self._dtype)
+        elif isinstance(self.source, SecureRandom):
+            if self._ahead is None or self._ahead_std != std:
+                self.close()
+                self._ahead = NoiseAhead(self.source, total, std=std, dtype=self._dtype)
+                self._ahead_std = std
+            flat = self._ahead.take()
+        else:
+            flat = torch.empty(total, dtype=self._dtype)
+            for part, shape in zip(flat.split(self._sizes), self._shapes, strict=True):
+                part.copy_(self.source.normal(shape, std=std, dtype=self._dtype).view(-1))
+        views = [part.view(shape) for part, shape in zip(flat.split(self._sizes), self._shapes, strict=True)]
+        return flat, views
+
+    def close(self) -> None:
+        """Stop drawing ahead (the training run is over)."""
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
 
 
 class _Tape:
@@ -251,7 +285,7 @@ def _unfold(x: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
     CPU than ``F.unfold`` (im2col). The copy runs fastest with a long innermost
     run, so K is ordered (C, kh, kw) -- the weight's own order -- when there are
     fewer channels than kernel columns (the first layer), and (kh, kw, C) from a
-    channels-last copy otherwise; ``_as_weight`` puts gradients back in weight order.
+    channels-last copy otherwise; ``_weight_order`` maps gradients back to the weight.
     """
     (ph, pw), (sh, sw), (dh, dw) = conv.padding, conv.stride, conv.dilation
     kh, kw = conv.kernel_size
@@ -276,17 +310,16 @@ def _channels_last(conv: nn.Conv2d) -> bool:
     return conv.in_channels >= conv.kernel_size[1]
 
 
-def _as_weight(grad: torch.Tensor, module: nn.Module) -> torch.Tensor:
-    """A (O, K) gradient in the weight's layout; see ``_unfold`` for the conv K order."""
-    if isinstance(module, nn.Conv2d) and _channels_last(module):
-        out_channels, in_channels, kh, kw = module.weight.shape
-        return grad.view(out_channels, kh, kw, in_channels).permute(0, 3, 1, 2).contiguous()
-    return grad.view_as(module.weight)
+def _channels_last_k(module: nn.Module) -> bool:
+    """Whether ``_unfold`` orders this layer's K as (kh, kw, C) rather than the weight's (C, kh, kw)."""
+    return isinstance(module, nn.Conv2d) and _channels_last(module)
 
 
-def _squared_norms(t: torch.Tensor) -> torch.Tensor:
-    """Squared L2 norm of each example's slice (first dimension)."""
-    return torch.linalg.vector_norm(t.flatten(1), dim=1).square()
+def _weight_order(weight: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """A view of a weight-shaped tensor whose layout matches the (O, K) gradients of ``_unfold``'s K order."""
+    if _channels_last_k(module):
+        return weight.permute(0, 2, 3, 1)  # (O, kh, kw, C)
+    return weight.view(weight.shape[0], -1)
 
 
 def _trainable(param: torch.Tensor | None) -> torch.Tensor | None:
@@ -338,6 +371,8 @@ class BookKeepingDP:
         }
         self._tapes = {k: t for k, t in self._tapes.items() if t.params}
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self._index = {id(p): i for i, p in enumerate(self.params)}
+        self._noise = StepNoise(self.noise, self.params)
         self.batch_size = 0
 
     # ------------------------------------------------------------ forward
@@ -361,8 +396,8 @@ class BookKeepingDP:
 
     # ------------------------------------------------------------ per-example norms
 
-    def _norms_squared(self, tape: _Tape) -> torch.Tensor:
-        """Squared per-example gradient norm of one layer's trainable parameters; plans its clipped sum.
+    def _norms(self, tape: _Tape) -> list[torch.Tensor]:
+        """Per-example gradient norms (N,) of each of the layer's trainable parameters; plans the clipped sum.
 
         Works on the unscaled output gradients (the caller folds a mean loss's
         batch size into the norms and clip factors instead of copying them).
@@ -375,67 +410,89 @@ class BookKeepingDP:
             # Per example and channel c in group k: d/dweight_c = sum_s g * (x - mean_k) * rstd_k
             # = rstd_k * (sum_s g x - mean_k * sum_s g), d/dbias_c = sum_s g. No normalised copy.
             mean, rstd = tape.stats
-            g_sum = g.reshape(n, module.num_channels, -1).sum(2)
+            channels, groups = module.num_channels, module.num_groups
+            g3 = g.reshape(n, channels, -1)
+            g_sum = g3.sum(2)
             per_example = []
             if weight is not None:
-                gx_sum = (g * a).reshape(n, module.num_channels, -1).sum(2)
-                per_group = module.num_channels // module.num_groups
-                mean_c = mean.repeat_interleave(per_group, dim=1)
-                rstd_c = rstd.repeat_interleave(per_group, dim=1)
-                per_example.append((gx_sum - mean_c * g_sum) * rstd_c)
+                gx_sum = torch.linalg.vecdot(g3, a.reshape(n, channels, -1))
+                per_group = (n, groups, channels // groups)
+                centred = gx_sum.view(per_group) - mean.view(n, groups, 1) * g_sum.view(per_group)
+                per_example.append(centred.mul_(rstd.view(n, groups, 1)).view(n, channels))
             if bias is not None:
                 per_example.append(g_sum)
             tape.per_example, tape.plan = per_example, "materialized"
-            return sum(_squared_norms(t) for t in per_example)
+            return [torch.linalg.vector_norm(t, dim=1) for t in per_example]
         if isinstance(module, nn.Linear):  # (N, *, I) -> a: (N, L, I), g: (N, O, L)
             a = a.reshape(n, -1, a.shape[-1])
             g = g.reshape(n, -1, g.shape[-1]).transpose(1, 2)
         else:  # a: (N, L, kh * kw * C) unfolded, g: (N, O, L)
             a = _unfold(a, module)
             g = g.flatten(2)
-        tape.activation, tape.grad_output = a, g
         length, fan_in, fan_out = a.shape[1], a.shape[2], g.shape[1]
-        total = torch.zeros(n, dtype=g.dtype, device=g.device)
         tape.per_example = []
+        norms = []
+        if length == 1:  # no sequence: ||g a^T|| = ||g|| ||a||, and the sum is one GEMM
+            g, a = g.reshape(n, fan_out), a.reshape(n, fan_in)
+            tape.activation, tape.grad_output, tape.plan = a, g, "reweight"
+            g_norm = torch.linalg.vector_norm(g, dim=1)
+            if weight is not None:
+                norms.append(g_norm * torch.linalg.vector_norm(a, dim=1))
+            if bias is not None:
+                tape.per_example.append(g)  # the bias gradients are the output gradients
+                norms.append(g_norm)
+            return norms
+        tape.activation, tape.grad_output = a, g
+        if weight is not None:
+            # Autograd computed no weight gradient, so materialising the per-example ones costs
+            # about that GEMM, after which their weighted sum is cheap; the ghost norm costs its two
+            # Gram matrices on top of the re-weighted GEMM, and wins only where they are small next
+            # to one per-example gradient, or where the per-example gradients would take too much
+            # memory. (Measured in a training step on this CPU: the ghost norm of the default CNN's
+            # second convolution, 25 positions, is slower than materialising, although alone it is faster.)
+            grams = length * length * (fan_in + fan_out)
+            if grams < fan_in * fan_out or n * fan_in * fan_out > _MAX_PER_EXAMPLE_ELEMENTS:
+                tape.plan = "reweight"
+                gram = torch.bmm(g.transpose(1, 2), g).mul_(torch.bmm(a, a.transpose(1, 2)))
+                # The sum of an elementwise product of two Gram matrices is ||g_i a_i^T||^2 >= 0;
+                # clamp the rounding so the root is defined.
+                norms.append(gram.sum((1, 2)).clamp_(min=0).sqrt_())
+            else:
+                per_example = torch.bmm(g, a)  # (N, O, K): the per-example weight gradients
+                tape.per_example.append(per_example)
+                tape.plan = "materialized"
+                norms.append(torch.linalg.vector_norm(per_example.flatten(1), dim=1))
         if bias is not None:
             bias_grads = g.sum(2)  # (N, O), kept for the clipped sum
             tape.per_example.append(bias_grads)
-            total = total + _squared_norms(bias_grads)
-        if weight is None:
-            return total
-        if length == 1:  # no sequence: ||g a^T||^2 = ||g||^2 ||a||^2, and the sum is one GEMM
-            tape.plan = "reweight"
-            return total + _squared_norms(g) * _squared_norms(a)
-        # Autograd computed no weight gradient, so materialising the per-example ones costs about
-        # that GEMM, after which their weighted sum is cheap; the ghost norm costs its two Gram
-        # matrices on top of the re-weighted GEMM, and wins only where they are small next to
-        # one per-example gradient, or where the per-example gradients would take too much memory.
-        grams = length * length * (fan_in + fan_out)
-        if grams < fan_in * fan_out or n * fan_in * fan_out > _MAX_PER_EXAMPLE_ELEMENTS:
-            tape.plan = "reweight"
-            gram = torch.bmm(g.transpose(1, 2), g) * torch.bmm(a, a.transpose(1, 2))
-            return total + gram.sum((1, 2))
-        per_example = torch.bmm(g, a)  # (N, O, K): the per-example weight gradients
-        tape.per_example.insert(0, per_example)
-        tape.plan = "materialized"
-        return total + _squared_norms(per_example)
+            norms.append(torch.linalg.vector_norm(bias_grads, dim=1))
+        return norms
 
-    def _clipped_sum(self, tape: _Tape, clip: torch.Tensor) -> list[torch.Tensor]:
-        """sum_i clip_i * grad_i for each trainable parameter of the layer, in ``tape.params`` order."""
+    def _add_clipped_sum(self, tape: _Tape, clip: torch.Tensor, grads: list[torch.Tensor]) -> None:
+        """Add sum_i clip_i * grad_i of each trainable parameter of the layer into ``grads`` (in place).
+
+        ``grads`` are the noise tensors of ``tape.params``, in order; each sum is one BLAS
+        call that accumulates into them (no temporary gradient, no separate add).
+        """
         module = tape.module
-        if tape.plan == "reweight":  # one weight gradient of the re-weighted output gradients
-            a, g = tape.activation, tape.grad_output  # (N, L, K), (N, O, L)
-            weighted = (g * clip.view(-1, 1, 1)).transpose(1, 2)
-            grad = weighted.reshape(-1, weighted.shape[2]).T @ a.reshape(-1, a.shape[2])
-            out = [_as_weight(grad, module)]
-            out += [clip @ t for t in tape.per_example]  # the bias
-            return out
-        out = [clip @ t.flatten(1) for t in tape.per_example]
-        if not isinstance(module, nn.GroupNorm) and _trainable(module.weight) is not None:
-            out[0] = _as_weight(out[0], module)
-        return [grad.view_as(param) for grad, param in zip(out, tape.params, strict=True)]
-
-    # ------------------------------------------------------------ the private gradient
+        per_example = iter(tape.per_example)
+        if _trainable(module.weight) is not None:
+            weight = grads[0]
+            if tape.plan == "reweight":  # one weight gradient of the re-weighted output gradients
+                a, g = tape.activation, tape.grad_output
+                if g.dim() == 2:  # (N, O), (N, K): no sequence
+                    weight.view(g.shape[1], a.shape[1]).addmm_((g * clip.view(-1, 1)).T, a)
+                else:  # (N, O, L), (N, L, K)
+                    weighted = (g * clip.view(-1, 1, 1)).transpose(1, 2).reshape(-1, g.shape[1])
+                    order = _weight_order(weight, module)
+                    order.add_((weighted.T @ a.reshape(-1, a.shape[2])).view(order.shape))
+            elif isinstance(module, nn.GroupNorm) or not _channels_last_k(module):
+                weight.view(-1).addmv_(next(per_example).flatten(1).T, clip)
+            else:
+                order = _weight_order(weight, module)
+                order.add_((clip @ next(per_example).flatten(1)).view(order.shape))
+        if _trainable(module.bias) is not None:
+            grads[-1].addmv_(next(per_example).T, clip)
 
     @torch.no_grad()
     def privatize(self) -> None:
@@ -450,26 +507,23 @@ class BookKeepingDP:
             # an empty batch or drop layers from the clipping norm.
             self.zero_grad()
             raise RuntimeError("some trainable layers got no gradient: call backward on a loss of the model")
-        sums: dict[int, torch.Tensor] = {}
+        # The step's noise becomes the gradient: each clipped sum is accumulated into it in place.
+        flat, grads = self._noise.draw(self.noise_multiplier * self.max_grad_norm)
         if tapes:
             # A mean loss scales every example's gradient by 1 / batch size; undo it as Opacus does.
             scale = float(self.batch_size) if self.loss_reduction == "mean" else 1.0
-            norms = torch.sqrt(sum(self._norms_squared(t) for t in tapes)) * scale
-            clip = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0) * scale
+            # Opacus's per-example norm: the norm over parameters of each parameter's norm.
+            per_param = [norm for tape in tapes for norm in self._norms(tape)]
+            norms = torch.linalg.vector_norm(torch.stack(per_param), dim=0).mul_(scale)
+            clip = (self.max_grad_norm / (norms + 1e-6)).clamp_(max=1.0).mul_(scale)
             for tape in tapes:
-                for param, grad in zip(tape.params, self._clipped_sum(tape, clip), strict=True):
-                    sums[id(param)] = grad
+                self._add_clipped_sum(tape, clip, [grads[self._index[id(p)]] for p in tape.params])
                 tape.clear()
-        std = self.noise_multiplier * self.max_grad_norm
-        divisor = self.expected_batch_size if self.loss_reduction == "mean" else 1
-        noises = draw_noise(self, self.params, std) if std > 0 else [None] * len(self.params)
-        for param, noise in zip(self.params, noises, strict=True):
-            grad = sums.get(id(param))
-            if grad is None:
-                grad = torch.zeros_like(param)
-            if noise is not None:
-                grad = grad + noise
-            param.grad = grad / divisor if divisor != 1 else grad
+        if self.loss_reduction == "mean" and self.expected_batch_size != 1:
+            for buffer in [flat] if flat is not None else grads:
+                buffer.div_(self.expected_batch_size)
+        for param, grad in zip(self.params, grads, strict=True):
+            param.grad = grad
         self.batch_size = 0
 
     def layer_plans(self) -> list[str]:
@@ -483,9 +537,7 @@ class BookKeepingDP:
 
     def close(self) -> None:
         """Stop drawing noise ahead (the training run is over)."""
-        if getattr(self, "_noise_ahead", None) is not None:
-            self._noise_ahead.close()
-            self._noise_ahead = None
+        self._noise.close()
 
     def zero_grad(self) -> None:
         for tape in self._tapes.values():

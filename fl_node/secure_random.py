@@ -120,29 +120,26 @@ class SecureRandom:
 
 
 class NoiseAhead:
-    """The next step's noise for a fixed list of shapes, drawn on a helper thread one step ahead.
+    """The next step's noise, ``count`` values in one flat tensor, drawn on a helper thread one step ahead.
 
-    DP-SGD adds noise of the same shapes and std every step, and the noise does not depend on
+    DP-SGD adds noise of the same size and std every step, and the noise does not depend on
     the data, so the secret stream can fill the next step's noise while this step's forward
     and backward run: the draws, their order and their distribution are unchanged, only when
-    they are made moves. ``take()`` returns this step's list and starts the next.
+    they are made moves. ``take()`` returns this step's tensor (the caller owns it and may
+    write into it) and starts the next. Whoever creates one closes it.
     """
 
-    def __init__(
-        self, source: SecureRandom, shapes: list[torch.Size], *, std: float, dtype: torch.dtype
-    ) -> None:
+    def __init__(self, source: SecureRandom, count: int, *, std: float, dtype: torch.dtype) -> None:
         self._source = source
-        self._shapes = list(shapes)
+        self._count = int(count)
         self._std = std
         self._dtype = dtype
         self._next = _noise_thread().submit(self._draw)
 
-    def _draw(self) -> list[torch.Tensor]:
-        sizes = [math.prod(shape) for shape in self._shapes]
-        flat = self._source.normal((sum(sizes),), std=self._std, dtype=self._dtype)
-        return [part.view(shape) for part, shape in zip(flat.split(sizes), self._shapes, strict=True)]
+    def _draw(self) -> torch.Tensor:
+        return self._source.normal((self._count,), std=self._std, dtype=self._dtype)
 
-    def take(self) -> list[torch.Tensor]:
+    def take(self) -> torch.Tensor:
         noise = self._next.result()
         self._next = _noise_thread().submit(self._draw)
         return noise

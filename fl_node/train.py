@@ -41,7 +41,7 @@ from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processe
 from torch import nn
 
 from fl_node.data import ArrayDataset
-from fl_node.dp_engine import BookKeepingDP, draw_noise, unsupported_reason
+from fl_node.dp_engine import BookKeepingDP, StepNoise, unsupported_reason
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
 from fl_node.secure_random import NoiseSource, SecureRandom
 
@@ -411,21 +411,20 @@ class SecretNoiseDPOptimizer(DPOptimizer):
     ) -> None:
         super().__init__(optimizer, **kwargs)  # type: ignore[arg-type]
         self.noise = randomness
+        self._noise = StepNoise(randomness, self.params)
 
     def add_noise(self) -> None:
         std = self.noise_multiplier * self.max_grad_norm
         for p in self.params:
             _check_processed_flag(p.summed_grad)
-        noises = draw_noise(self, [p.summed_grad for p in self.params], std)
+        _, noises = self._noise.draw(std)
         for p, noise in zip(self.params, noises, strict=True):
-            p.grad = (p.summed_grad + noise).view_as(p)
+            p.grad = noise.add_(p.summed_grad.view_as(noise)).view_as(p)
             _mark_as_processed(p.summed_grad)
 
     def close(self) -> None:
         """Stop drawing noise ahead (the training run is over)."""
-        if getattr(self, "_noise_ahead", None) is not None:
-            self._noise_ahead.close()
-            self._noise_ahead = None
+        self._noise.close()
 
 
 def _empty_grad_samples(optimizer: DPOptimizer) -> None:
