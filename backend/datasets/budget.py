@@ -53,6 +53,8 @@ MAX_STEPS = 2**31 - 1
 MAX_JOB_LENGTH = 80
 _COUNTED = (PrivacyRelease.Status.RELEASED, PrivacyRelease.Status.WITHHELD)
 _LOCK_ATTEMPTS = 8
+# Lost attempts of one release withheld at most this many at a time (a bound, not an expectation).
+MAX_ABANDONED = 16
 
 
 class ReleaseNotReserved(Conflict):
@@ -239,6 +241,32 @@ def mark_released(dataset: Dataset, job: str | int, round_: int, kind: str) -> P
 def mark_withheld(dataset: Dataset, job: str | int, round_: int, kind: str) -> PrivacyRelease:
     """The release's output was computed but discarded unpublished; it stays counted."""
     return _settle(dataset, job, round_, kind, PrivacyRelease.Status.WITHHELD)
+
+
+def withhold_abandoned(dataset: Dataset, job: str | int, round_: int, kind: str) -> int:
+    """Mark withheld the reservations of (job, round, kind) still open; returns how many.
+
+    Called before a new attempt of the same release is reserved: an open reservation then belongs
+    to an attempt this node lost (a restart, an evicted cache), whose output was never published.
+    It stays counted. At most ``MAX_ABANDONED`` at a time (a bound, not an expectation).
+    """
+    with transaction.atomic():
+        open_ids = list(
+            PrivacyRelease.objects.select_for_update()
+            .filter(
+                dataset_id=dataset.pk,
+                job=str(job),
+                round=_check_round(round_),
+                kind=kind,
+                status=PrivacyRelease.Status.RESERVED,
+            )
+            .order_by("-id")
+            .values_list("pk", flat=True)[:MAX_ABANDONED]
+        )
+        for release in PrivacyRelease.objects.filter(pk__in=open_ids):
+            release.status = PrivacyRelease.Status.WITHHELD
+            release.save(update_fields=["status", "updated"])  # save(): ``updated`` is auto_now
+    return len(open_ids)
 
 
 @transaction.atomic

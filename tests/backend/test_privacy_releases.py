@@ -142,3 +142,34 @@ def test_the_job_figures_separate_spent_from_reserved():
     assert spend.spent == pytest.approx(_epsilon(TRAIN))
     assert spend.total == pytest.approx(_epsilon(TRAIN, TRAIN))
     assert budget.job_epsilon(dataset, 5) == pytest.approx(_epsilon(TRAIN))
+
+
+def test_lost_attempts_are_withheld_and_stay_counted_before_a_new_one_is_reserved():
+    dataset = _dataset()
+    for _ in range(3):  # three attempts of round 1 reserved, none settled (restarts)
+        budget.reserve_release(dataset, 9, 1, TRAIN)
+    budget.reserve_release(dataset, 9, 2, TRAIN)  # another round: not an attempt of round 1
+    budget.reserve_release(dataset, 9, 1, SCORES)  # another kind: not an attempt of the training release
+    assert budget.withhold_abandoned(dataset, 9, 1, "dp_sgd") == 3
+    assert budget.withhold_abandoned(dataset, 9, 1, "dp_sgd") == 0  # nothing left open
+    statuses = sorted(PrivacyRelease.objects.filter(dataset=dataset).values_list("round", "kind", "status"))
+    assert statuses == [
+        (1, "dp_sgd", "withheld"),
+        (1, "dp_sgd", "withheld"),
+        (1, "dp_sgd", "withheld"),
+        (1, "score_count", "reserved"),
+        (2, "dp_sgd", "reserved"),
+    ]
+    summary = budget.budget_summary(dataset)
+    assert summary["epsilon_spent"] == pytest.approx(_epsilon(TRAIN, TRAIN, TRAIN))
+    with pytest.raises(InvalidInput):
+        budget.withhold_abandoned(dataset, 9, -1, "dp_sgd")
+
+
+def test_withholding_lost_attempts_is_bounded():
+    dataset = _dataset(epsilon_cap=1e6)
+    tiny = ReleasePlan("dp_sgd", noise_multiplier=50.0, sample_rate=0.01, steps=1)
+    for _ in range(budget.MAX_ABANDONED + 2):
+        budget.reserve_release(dataset, 5, 3, tiny)
+    assert budget.withhold_abandoned(dataset, 5, 3, "dp_sgd") == budget.MAX_ABANDONED
+    assert budget.withhold_abandoned(dataset, 5, 3, "dp_sgd") == 2

@@ -22,8 +22,8 @@ from backend.datasets.budget import (
     mark_withheld,
     reserve_release,
     send_spend,
+    withhold_abandoned,
 )
-from backend.datasets.models import PrivacyRelease
 from backend.jobs.config import JobConfig
 from backend.jobs.driver import workspace
 from backend.jobs.models import RoundAction
@@ -34,8 +34,6 @@ from fl_node.privacy_plan import PrivacyPlan
 logger = logging.getLogger(__name__)
 # A spendPrivacy transaction is awaited at most this long before an output would be published.
 SPEND_TIMEOUT_S = 300.0
-# Lost attempts of one release settled at most this many at a time (a bound, not an expectation).
-MAX_ABANDONED = 16
 
 
 def scores_per_round(job: mirror.Job) -> int:
@@ -65,12 +63,7 @@ def reserve(claim: RoundAction, dataset, job_id: int, round_: int, release: Rele
     Returns the spendPrivacy in flight, or None when nothing is owed on chain. The claim keeps
     what is unsent, so the end of a job can show that every spend reached the chain.
     """
-    abandoned = PrivacyRelease.objects.filter(
-        dataset_id=dataset.pk, job=str(job_id), round=round_, kind=release.kind,
-        status=PrivacyRelease.Status.RESERVED,
-    ).count()  # fmt: skip
-    for _ in range(min(abandoned, MAX_ABANDONED)):
-        mark_withheld(dataset, job_id, round_, release.kind)
+    withhold_abandoned(dataset, job_id, round_, release.kind)
     charge = reserve_release(dataset, job_id, round_, release)
     # A DP job's contract refuses an update without the round's spend: a release whose increase
     # rounds to nothing is still recorded as the smallest amount.
