@@ -50,6 +50,8 @@ const jobRoutes = {
     priority = 7
     return { job_id: 7, priority, updated_tasks: 1 }
   },
+  'GET /api/node': () => ({ address: candidates.address, name: 'org-a', chain: { available: true } }),
+  'GET /api/peers': () => [],
   'GET /api/dashboard/join-candidates': () => candidates,
   'GET /api/datasets': () => ({ count: 1, results: [dataset] }),
 }
