@@ -1,0 +1,154 @@
+"""Hybrid averaging in a real federation: three node processes train the text classifier with DP-SGD.
+
+The job names the 20,000-row embedding as its sparse table and keeps a public, seeded set of
+its rows per round (fl_node.sparse.public_rows): the noised update of the table travels as a
+delta array of those rows, the rounds API records the choice per tensor, and every node's
+aggregate is the one the simulator's code computes from the same blobs, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backend.jobs.config import JobConfig
+from backend.localnet import LocalFederation, NodeSpec
+from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.codec import content_hash, decode_model, decode_update, encode_model, update_spec
+from fl_node.data import load_dataset
+from fl_node.partition import partition
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("e2e-sparse"),
+]
+
+ROUNDS = 2
+VOCAB, EMBED = 20_000, 16
+PUBLIC_ROWS = 1_000
+TABLE = "embedding.weight"
+
+
+def _hex(value: str) -> str:
+    return value.lower().removeprefix("0x")
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    specs = [NodeSpec("org-a"), NodeSpec("org-b"), NodeSpec("org-c")]
+    with LocalFederation(tmp_path_factory.mktemp("sparse"), specs, log=lambda _line: None) as fed:
+        yield fed
+
+
+@pytest.fixture(scope="module")
+def finished(federation):
+    corpus = load_dataset("zipf_text", seed=0, num_samples=2400, vocab_size=VOCAB)
+    parts = partition(corpus.train.y, len(federation.nodes), "iid", seed=0)
+    datasets = [
+        federation.upload_dataset(
+            node,
+            corpus.train.x[p].astype("float32"),  # token ids, exact in float32 below 2**24
+            corpus.train.y[p],
+            name=f"{node.spec.name}-text",
+            classes=range(4),
+            epsilon_cap=20.0,
+        )
+        for node, p in zip(federation.nodes, parts, strict=True)
+    ]
+    payload = {
+        "name": "sparse-e2e",
+        "model": "text",
+        "model_options": {"vocab_size": VOCAB, "embed_dim": EMBED},
+        "dataset": datasets[0]["id"],
+        "rounds": ROUNDS,
+        "local_epochs": 1,
+        "batch_size": 64,
+        "lr": 0.5,
+        "strategy": "hybrid",
+        "strategy_params": {"sparse_names": [TABLE]},
+        "sparse": {"encoding": "auto", "tables": [TABLE], "public_rows": PUBLIC_ROWS},
+        "dp": {"mode": "sgd", "target_epsilon": 8.0, "delta": 1e-5, "max_grad_norm": 1.0},
+        "committee_size": 1,
+        "top_k": 2,
+        "min_trainers": 2,
+        "round_timeout_s": 600,
+    }
+    job = federation.create_job(federation.nodes[0], payload)
+    for node, dataset in zip(federation.nodes, datasets, strict=True):
+        federation.join(node, job["id"], dataset["id"])
+    assert federation.wait_prepared(job["id"], timeout_s=300), "a node did not prepare the first round"
+    federation.start_job(federation.nodes[0], job["id"])
+    final = federation.wait_for_job(job["id"], timeout_s=1500)
+    rounds = {node.spec.name: federation.rounds(node, job["id"]) for node in federation.nodes}
+    return {"job": final, "rounds": rounds}
+
+
+def _blob(node, reference: str) -> bytes:
+    response = node.api().get(f"{node.url}/api/swarm/blobs/{reference}", timeout=120)
+    response.raise_for_status()
+    return response.content
+
+
+def test_the_job_finishes(finished):
+    job = finished["job"]
+    assert job["status"] == "finished", job
+    assert job["config"]["sparse"] == {
+        "encoding": "auto",
+        "link_mbit": 100.0,
+        "tables": [TABLE],
+        "public_rows": PUBLIC_ROWS,
+    }
+
+
+def test_the_rounds_api_shows_the_embedding_sent_as_a_delta_array(finished):
+    dense_table = VOCAB * EMBED * 4
+    seen = 0
+    for name, rounds in finished["rounds"].items():
+        for r in rounds:
+            summary = r["encodings"]
+            if not summary:
+                continue
+            seen += 1
+            table = summary[TABLE]
+            assert table["delta"] >= 1 and table["dense"] == 0, (name, r["round"], table)
+            assert table["density"] == pytest.approx(PUBLIC_ROWS / VOCAB)
+            assert summary["head.weight"]["dense"] >= 1  # a small dense tensor stays dense
+            for update in r["updates"]:
+                mine = update["encodings"].get(TABLE)
+                if mine:
+                    assert mine["encoding"] == "delta" and mine["bytes"] < 0.1 * dense_table, mine
+    assert seen >= ROUNDS, "no node recorded the rounds' encodings"
+
+
+def test_stored_updates_are_far_below_the_dense_size_and_aggregate_as_the_simulator_does(
+    federation, finished
+):
+    job = finished["job"]
+    config = JobConfig.from_dict(job["config"])
+    node = federation.nodes[0]
+    rounds = {r["round"]: r for r in finished["rounds"][node.spec.name]}
+    initial = encode_model(config.build_model().state_dict())
+    global_state, _ = decode_model(initial)
+    spec = update_spec(global_state)
+    dense_update = 4 * sum(math.prod(shape) for shape in spec.values())
+    strategy = get_strategy(config.strategy, **config.strategy_params)
+    for number in range(1, ROUNDS + 1):
+        r = rounds[number]
+        accepted = [u for u in r["updates"] if u["accepted"]]
+        assert accepted, r
+        weighted = []
+        for update in accepted:
+            blob = _blob(node, update["reference"])
+            assert _hex(content_hash(blob)) == _hex(update["content_hash"])
+            assert len(blob) < 0.15 * dense_update, (len(blob), dense_update)
+            weighted.append(
+                WeightedUpdate(decode_update(blob, spec), int(update["samples"]), update["content_hash"])
+            )
+        # The simulator's aggregation code (fl_node.simulate) on the node's blobs: the same bytes.
+        new_state, new_server = strategy.aggregate(global_state, weighted, None)
+        recomputed = encode_model(new_state, new_server or None)
+        assert _hex(content_hash(recomputed)) == _hex(r["global_model"]["hash"]), number
+        global_state, _ = decode_model(recomputed)
