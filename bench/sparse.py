@@ -295,7 +295,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
                     "model_options": {"vocab_size": args.fed_vocab, "embed_dim": args.fed_dim},
                     "dataset": datasets[0]["id"],
                     "rounds": args.fed_rounds,
-                    "local_epochs": 1,
+                    "local_epochs": args.fed_epochs,
                     "batch_size": 64,
                     "lr": args.fed_lr,
                     "dp": {
@@ -420,6 +420,8 @@ def federation_figures(results: dict[str, dict], args: argparse.Namespace) -> di
         "fed_rounds": args.fed_rounds,
         "fed_public_rows": args.fed_public_rows,
         "fed_epsilon": args.fed_epsilon,
+        "fed_lr": args.fed_lr,
+        "fed_local_epochs": args.fed_epochs,
     }
 
 
@@ -486,7 +488,8 @@ def main() -> None:
         "--fed-public-rows", type=int, default=2000, help="hybrid: public rows kept per round"
     )
     parser.add_argument("--fed-epsilon", type=float, default=8.0)
-    parser.add_argument("--fed-lr", type=float, default=0.5)
+    parser.add_argument("--fed-lr", type=float, default=2.0)
+    parser.add_argument("--fed-epochs", type=int, default=2, help="local epochs a round")
     parser.add_argument("--fed-target", type=float, default=None, help="test loss target (default: see doc)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
