@@ -103,7 +103,7 @@ def test_cli_refuses_bad_arguments_with_exit_code_2(bad, message, tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a loaded CI box loads the data slowly: an error must not turn into a timeout
     )
     assert proc.returncode == 2, proc.stderr
     assert "error" in proc.stderr and message in proc.stderr
