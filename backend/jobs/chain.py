@@ -78,10 +78,20 @@ def submit_update(
         )
 
 
-def submit_scores(ctx, job_id: int, round_: int, scores: dict[str, int], base_score: int = 0) -> TxReceipt:
-    """The member's scores and its score of the round's base model (the margin rule's base)."""
+def commit_scores(
+    ctx, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+) -> TxReceipt:
+    """The member's commitment to its scores and base score (only the hash goes on chain)."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.submit_scores(job_id, round_, scores, base_score)
+        return ctx.ledger.fl.commit_scores(job_id, round_, scores, base_score, salt)
+
+
+def reveal_scores(
+    ctx, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+) -> TxReceipt:
+    """The committed scores and base score (the margin rule's base), with the commitment's salt."""
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.reveal_scores(job_id, round_, scores, base_score, salt)
 
 
 def finalize(ctx, job_id: int, round_: int) -> TxReceipt:

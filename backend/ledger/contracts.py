@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from eth_utils import to_checksum_address
+from eth_abi import encode
+from eth_utils import keccak, to_checksum_address
 
 from .abi import ContractCall, encode_call, functions_by_name
 from .artifacts import load_artifact
@@ -197,15 +198,30 @@ class FederatedLearning(ContractBase):
         against the dataset this node joined with, at most twice per round."""
         return self._transact("spendPrivacy", job_id, round_, micro_epsilon)
 
-    def submit_scores(
-        self, job_id: int, round_: int, scores: dict[str, int], base_score: int = 0
+    def commit_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
     ) -> TxReceipt:
-        """Scores (0..10000) by trainer address, for some or all of the round's updates, and this
-        member's score of the round's base model (the current global model): an update is accepted
-        only when its median beats the base scores' median by the job's margin."""
+        """Commit to ``scores`` (see reveal_scores) with a secret 32-byte ``salt``; only the hash
+        goes on chain."""
+        digest = score_commitment(job_id, round_, self.client.address, scores, base_score, salt)
+        return self._transact("commitScores", job_id, round_, digest)
+
+    def reveal_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+    ) -> TxReceipt:
+        """Reveal the committed scores (0..10000) by trainer address, for some or all of the
+        round's updates, and this member's score of the round's base model (the current global
+        model): an update is accepted only when its median beats the base scores' median by the
+        job's margin. Same order, values and salt as committed."""
         trainers = list(scores)
         return self._transact(
-            "submitScores", job_id, round_, _addresses(trainers), [scores[t] for t in trainers], base_score
+            "revealScores",
+            job_id,
+            round_,
+            _addresses(trainers),
+            [scores[t] for t in trainers],
+            base_score,
+            salt,
         )
 
     def finalize_round(self, job_id: int, round_: int) -> TxReceipt:
@@ -296,6 +312,27 @@ class CommitteeRuleHarness(ContractBase):
             _addresses(next_committee),
             base_median,
         )
+
+
+def score_commitment(
+    job_id: int, round_: int, member: str, scores: dict[str, int], base_score: int, salt: bytes
+) -> bytes:
+    """keccak256(abi.encode(jobId, round, member, trainers, scores, baseScore, salt)), as
+    FederatedLearning.revealScores checks it (trainers in the dict's order)."""
+    trainers = list(scores)
+    encoded = encode(
+        ["uint256", "uint16", "address", "address[]", "uint16[]", "uint16", "bytes32"],
+        [
+            job_id,
+            round_,
+            to_checksum_address(member),
+            _addresses(trainers),
+            [scores[t] for t in trainers],
+            base_score,
+            salt,
+        ],
+    )
+    return keccak(encoded)
 
 
 def pack_scores(scores_by_seat: dict[int, int]) -> int:

@@ -180,6 +180,18 @@ class DuplicateUpdate(ContractRevert):
     """This trainer submitted an update in this round already."""
 
 
+class NotCommitted(ContractRevert):
+    """A reveal from a member that did not commit to scores this round."""
+
+
+class RevealNotOpen(ContractRevert):
+    """Members may still commit: reveals open once all committed or the commit deadline passed."""
+
+
+class CommitmentMismatch(ContractRevert):
+    """The revealed scores (or salt) are not the ones committed to."""
+
+
 class AggregationNotOverdue(ContractRevert):
     """The round's aggregation deadline has not passed: it cannot be skipped yet."""
 
@@ -314,6 +326,9 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "DuplicateUpdate": DuplicateUpdate,
     "DuplicateContent": DuplicateContent,
     "AggregationNotOverdue": AggregationNotOverdue,
+    "NotCommitted": NotCommitted,
+    "RevealNotOpen": RevealNotOpen,
+    "CommitmentMismatch": CommitmentMismatch,
     "NotCommitteeMember": NotCommitteeMember,
     "DuplicateScores": DuplicateScores,
     "UnknownUpdate": UnknownUpdate,

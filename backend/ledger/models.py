@@ -321,3 +321,23 @@ class PrivacySpend(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["dataset", "job_id"], name="ledger_privacy_unique")]
+
+
+class ScoreCommitment(models.Model):
+    """This node's own score commitment for a round (commit-reveal): the salt and the exact scores
+    it committed to, kept until it reveals them. Not a mirror of the chain but this node's secret:
+    the salt must survive a restart (a member that lost it cannot reveal and counts as absent),
+    and the scores are noisy releases that must be revealed as committed, never recomputed."""
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = Uint256Field()
+    round = models.PositiveIntegerField()
+    salt = models.CharField(max_length=HASH)  # 0x + 64 hex digits, from a CSPRNG
+    scores = models.JSONField()  # [[trainer, score], ...] in the committed order
+    base_score = models.PositiveIntegerField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "job_id", "round"], name="one_score_commitment_per_round")
+        ]

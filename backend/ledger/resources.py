@@ -117,7 +117,8 @@ class JobState:
     score_deadline: int
     participant_count: int
     update_count: int
-    score_count: int
+    score_count: int  # members that revealed their scores this round
+    commit_count: int  # members that committed to scores this round
     max_spend_per_round: int
     margin: int
     config_hash: bytes
@@ -139,6 +140,7 @@ class ParticipantInfo:
     spend_round: int = 0  # the last round this node recorded a privacy spend for
     spends: int = 0  # how many it recorded for spend_round (at most 2)
     samples: int = 0  # its dataset's registered size: the most samples an update may name
+    commit_round: int = 0  # the last round this node committed to scores for
 
 
 @dataclass(frozen=True)

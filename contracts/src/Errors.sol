@@ -41,6 +41,9 @@ error LengthMismatch(uint256 expected, uint256 given);
 error ScoringNotOpen(uint256 jobId);
 error RoundNotFinalizable(uint256 jobId);
 error AggregationNotOverdue(uint64 deadline, uint64 current);
+error NotCommitted(address member); // a reveal without a commitment this round
+error RevealNotOpen(uint256 jobId); // members may still commit
+error CommitmentMismatch(address member); // the revealed scores are not the committed ones
 error ProposalMismatch(bytes32 modelHash);
 error ProposalExists(bytes32 modelHash);
 error InvalidReference(uint256 length);

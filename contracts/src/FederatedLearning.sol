@@ -7,11 +7,14 @@ import {CommitteeRule} from "./CommitteeRule.sol";
 
 /// @title FederatedLearning: jobs, rounds and committee consensus (BFLC) for DeFL.
 /// @notice Round r of a running job: participants outside the round's committee submit one update
-/// each (`submitUpdate`); committee members score the updates (`submitScores`) once the updates are
-/// all in or the training deadline passed. The scores that complete the committee's set finalize
-/// the round in the same transaction (one transaction and one reaction less per round); if the
-/// scoring deadline passes with scores missing, anyone finalizes (`finalizeRound`) with those that
-/// are in. Finalizing applies CommitteeRule: accepted set and the next committee (or fails the job
+/// each (`submitUpdate`); committee members score the updates once the updates are all in or the
+/// training deadline passed, by commit and reveal: each member commits to its scores
+/// (`commitScores`, a hash with a secret salt) by the commit deadline (half the score period), and
+/// reveals them (`revealScores`) once every member committed or the commit deadline passed, so no
+/// member sees another's scores before it is bound to its own. The reveal that completes the set
+/// of committed members (after the commit deadline, or when the whole committee committed)
+/// finalizes the round in the same transaction; a member that committed but does not reveal by the
+/// score deadline counts as absent, and anyone then finalizes (`finalizeRound`) with the reveals in. Finalizing applies CommitteeRule: accepted set and the next committee (or fails the job
 /// when fewer than minTrainers updates arrived). The next committee aggregates off-chain; one
 /// member proposes the round's global model (`proposeGlobalModel`), the others confirm it
 /// (`confirmGlobalModel`); a majority of the committee (committeeSize / 2 + 1 votes, the
@@ -89,7 +92,8 @@ contract FederatedLearning {
         uint64 scoreDeadline;
         uint16 participantCount;
         uint16 updateCount;
-        uint8 scoreCount;
+        uint8 scoreCount; // members that revealed their scores this round
+        uint8 commitCount; // members that committed to scores this round
         uint64 maxSpendPerRound; // in the slot of updateCount: submitUpdate reads it warm
         uint16 margin; // accepted iff median > base median + margin (basis points)
         bytes32 configHash;
@@ -110,6 +114,7 @@ contract FederatedLearning {
         uint16 spendRound; // the last round this node recorded a privacy spend for
         uint8 spends; // spends recorded for spendRound
         uint40 samples; // the joined dataset's registered size: an update names at most this many
+        uint16 commitRound; // the last round this node committed to scores for
     }
 
     struct Proposal {
@@ -139,6 +144,9 @@ contract FederatedLearning {
     mapping(bytes32 => address) private _contentOwner;
     // job => participant index => address (written at join): a committee redraw enumerates them
     mapping(uint256 => mapping(uint256 => address)) private _participantAt;
+    // job => member => its score commitment (made nonzero at join, reused round after round; a
+    // commitment names its round, so an old one never matches a reveal)
+    mapping(uint256 => mapping(address => bytes32)) private _commitments;
     mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash)
 
     uint256 private constant EMPTY_TAG = 0xffff; // no valid round (MAX_ROUNDS < 0xffff)
@@ -165,6 +173,7 @@ contract FederatedLearning {
         bytes32 contentHash,
         uint64 samples
     );
+    event ScoresCommitted(uint256 indexed jobId, uint16 indexed round, address indexed member, bytes32 commitment);
     event ScoresSubmitted(
         uint256 indexed jobId,
         uint16 indexed round,
@@ -269,6 +278,7 @@ contract FederatedLearning {
         // its two slots made nonzero here, by the participant that joins (see _updateAt).
         _updateAt[jobId][index] = EMPTY_TAG << 160;
         _participantAt[jobId][index] = msg.sender;
+        _commitments[jobId][msg.sender] = bytes32(uint256(1));
         _scores[jobId][index] = EMPTY_TAG << SCORE_BITS;
         emit ParticipantJoined(jobId, msg.sender, datasetId, index);
     }
@@ -372,40 +382,94 @@ contract FederatedLearning {
         dataRegistry.recordSpend(p.datasetId, jobId, round, msg.sender, amount);
     }
 
-    /// @notice A committee member's scores (0..10000) for some or all of the round's updates, once,
-    /// with its score of the round's base model (the current global model, unchanged): an update
-    /// is accepted only when its median beats the median base score by the job's margin.
-    /// The last member's scores complete the set and finalize the round in the same transaction
-    /// (ScoresSubmitted, then RoundFinalized or JobFailed, as `finalizeRound` would).
-    function submitScores(
-        uint256 jobId,
-        uint16 round,
-        address[] calldata trainers,
-        uint16[] calldata scores,
-        uint16 baseScore
-    ) external {
+    /// @notice A committee member commits to its scores of the round: `commitment` is
+    /// keccak256(abi.encode(jobId, round, member, trainers, scores, baseScore, salt)) with a secret
+    /// salt (see `revealScores`). Due by the commit deadline: half the score period after the update
+    /// deadline (`commitDeadline`), once scoring is open (every update in, or the update deadline).
+    function commitScores(uint256 jobId, uint16 round, bytes32 commitment) external {
         Job storage job = _training(jobId, round);
         uint64 current = _now(job);
         if (job.updateCount < job.participantCount - job.committeeSize && current <= job.updateDeadline) {
             revert ScoringNotOpen(jobId);
         }
-        if (current > job.scoreDeadline) revert DeadlinePassed(job.scoreDeadline, current);
+        uint64 due = _commitDeadline(job);
+        if (current > due) revert DeadlinePassed(due, current);
         _requireMember();
         Participant storage member = _participants[jobId][msg.sender];
         if (!member.joined || member.committeeRound != round) revert NotCommitteeMember(msg.sender);
+        if (member.commitRound == round) revert DuplicateScores(msg.sender);
+        if (commitment == bytes32(0)) revert InvalidUpdate("commitment");
+        member.commitRound = round;
+        _commitments[jobId][msg.sender] = commitment;
+        job.commitCount += 1;
+        emit ScoresCommitted(jobId, round, msg.sender, commitment);
+    }
+
+    /// @notice A member reveals the scores (0..10000) it committed to, for some or all of the
+    /// round's updates, with its score of the round's base model (the current global model,
+    /// unchanged): an update is accepted only when its median beats the median base score by the
+    /// job's margin. Open once every member committed or the commit deadline passed; due by the
+    /// score deadline. The reveal that completes the set finalizes the round in the same
+    /// transaction (ScoresSubmitted, then RoundFinalized or JobFailed, as `finalizeRound` would):
+    /// the whole committee, or, after the commit deadline, every member that committed.
+    function revealScores(
+        uint256 jobId,
+        uint16 round,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore,
+        bytes32 salt
+    ) external {
+        Job storage job = _training(jobId, round);
+        uint64 current = _now(job);
+        if (current > job.scoreDeadline) revert DeadlinePassed(job.scoreDeadline, current);
+        Participant storage member = _participants[jobId][msg.sender];
+        if (member.commitRound != round) revert NotCommitted(msg.sender);
         if (member.scoreRound == round) revert DuplicateScores(msg.sender);
-        if (trainers.length != scores.length) revert LengthMismatch(trainers.length, scores.length);
-        if (baseScore > MAX_SCORE) revert ScoreOutOfRange(baseScore);
-        uint256 shift = 16 * uint256(member.seat);
-        _storeScores(jobId, round, shift, trainers, scores);
-        uint256 base = _baseScores[jobId];
-        if (base >> SCORE_BITS != round) base = uint256(round) << SCORE_BITS;
-        _baseScores[jobId] = base | ((uint256(baseScore) + 1) << shift);
+        bool commitsClosed = current > _commitDeadline(job);
+        if (job.commitCount < job.committeeSize && !commitsClosed) revert RevealNotOpen(jobId);
+        _checkReveal(jobId, round, trainers, scores, baseScore, salt);
+        _storeReveal(jobId, round, member.seat, trainers, scores, baseScore);
         member.scoreRound = round;
         uint8 scored = job.scoreCount + 1;
         job.scoreCount = scored;
         emit ScoresSubmitted(jobId, round, msg.sender, trainers, scores, baseScore);
-        if (scored >= job.committeeSize) _finalize(jobId, job, round);
+        if (scored >= job.committeeSize || (commitsClosed && scored >= job.commitCount)) _finalize(jobId, job, round);
+    }
+
+    /// One member's revealed scores and base score into the round's score slots (its seat's bits).
+    function _storeReveal(
+        uint256 jobId,
+        uint16 round,
+        uint8 seat,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore
+    ) private {
+        if (trainers.length != scores.length) revert LengthMismatch(trainers.length, scores.length);
+        if (baseScore > MAX_SCORE) revert ScoreOutOfRange(baseScore);
+        uint256 shift = 16 * uint256(seat);
+        _storeScores(jobId, round, shift, trainers, scores);
+        uint256 base = _baseScores[jobId];
+        if (base >> SCORE_BITS != round) base = uint256(round) << SCORE_BITS;
+        _baseScores[jobId] = base | ((uint256(baseScore) + 1) << shift);
+    }
+
+    function _checkReveal(
+        uint256 jobId,
+        uint16 round,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore,
+        bytes32 salt
+    ) private view {
+        bytes32 digest = keccak256(abi.encode(jobId, round, msg.sender, trainers, scores, baseScore, salt));
+        if (digest != _commitments[jobId][msg.sender]) revert CommitmentMismatch(msg.sender);
+    }
+
+    /// The commit deadline: the first half of the score period (the reveals get the rest).
+    function _commitDeadline(Job storage job) private view returns (uint64) {
+        return job.scoreDeadline - job.scorePeriod / 2;
     }
 
     /// One member's scores into the updates' score slots (its seat's 16 bits: score + 1).
@@ -432,12 +496,19 @@ contract FederatedLearning {
         }
     }
 
-    /// @notice Anyone, once the scoring deadline passed with scores missing (the scores that
-    /// complete the set finalize the round themselves, see `submitScores`; after that the round is
+    /// @notice Anyone, once the scoring deadline passed with scores missing, or the commit deadline
+    /// passed with every committed member revealed (the reveal that completes the set finalizes
+    /// the round itself, see `revealScores`; after that the round is
     /// no longer in training and this reverts with WrongPhase, or JobNotRunning if the job failed).
     function finalizeRound(uint256 jobId, uint16 round) external {
         Job storage job = _training(jobId, round);
-        if (job.scoreCount < job.committeeSize && _now(job) <= job.scoreDeadline) revert RoundNotFinalizable(jobId);
+        uint64 current = _now(job);
+        // finalizable: every member revealed, the score deadline passed, or the commit deadline
+        // passed and every member that committed revealed (none left to wait for)
+        bool revealed = job.scoreCount >= job.commitCount && current > _commitDeadline(job);
+        if (job.scoreCount < job.committeeSize && current <= job.scoreDeadline && !revealed) {
+            revert RoundNotFinalizable(jobId);
+        }
         _finalize(jobId, job, round);
     }
 
@@ -626,6 +697,7 @@ contract FederatedLearning {
         job.scoreDeadline = scoreDeadline;
         job.updateCount = 0;
         job.scoreCount = 0;
+        job.commitCount = 0;
         address[] memory members = new address[](job.committeeSize);
         for (uint256 s; s < members.length; ++s) members[s] = _committee[jobId][s];
         emit RoundOpened(jobId, round, members, job.modelHash, updateDeadline, scoreDeadline);

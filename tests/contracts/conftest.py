@@ -64,6 +64,17 @@ class Federation:
         values.update(overrides)
         return JobSpec(**values)
 
+    def score(self, job: int, round_: int, given: dict, base: dict | None = None) -> list:
+        """Commit-reveal: every member in ``given`` ({member index: {trainer address: score}})
+        commits, then each reveals in order; the reveal receipts (the last may finalize)."""
+        base = base or {}
+        for m, scores in given.items():
+            self.member(m).fl.commit_scores(job, round_, scores, base.get(m, 0), salt(m))
+        return [
+            self.member(m).fl.reveal_scores(job, round_, scores, base.get(m, 0), salt(m))
+            for m, scores in given.items()
+        ]
+
     def running_job(self, participants: int = 8, **overrides) -> tuple[int, list[int], list[int]]:
         """Propose (by member 0), join members 0..participants-1 with their datasets, start with the
         first committee_size as committee. Returns (job id, committee indexes, trainer indexes)."""
@@ -74,6 +85,11 @@ class Federation:
         committee = list(range(spec.committee_size))
         self.member(0).fl.start_job(job, [self.address(i) for i in committee])
         return job, committee, list(range(spec.committee_size, participants))
+
+
+def salt(member: int) -> bytes:
+    """A member's commitment salt in tests (a node draws a secret one)."""
+    return bytes([member + 1]) * 32
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """The contract's committee rule equals fl_node.committee.decide_round, bit for bit.
 
 Hundreds of drawn rounds go through CommitteeRuleHarness (the same library the contract runs)
-with eth_call; a few drawn rounds go through submitUpdate / submitScores / finalizeRound (the
-last member's scores finalize the round themselves; finalizeRound runs when a member was silent).
+with eth_call; a few drawn rounds go through submitUpdate / commitScores / revealScores /
+finalizeRound (the last reveal finalizes the round itself; finalizeRound runs when no member
+revealed).
 Both draw the members' scores of the base model and the job's margin: accepted iff the median
 beats the base scores' median by more than the margin.
 """
@@ -106,18 +107,22 @@ def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, ma
         for t in submitted:
             fed.member(t).fl.submit_update(job, 1, bytes([t]) * 32, bytes([t + 1]) * 32, 10)
         fed.advance(601)  # close training so that scoring opens even with missing updates
-        scores, base = {}, {}
-        receipt = None
+        given, base_by_index = {}, {}
         for m in committee:
             if data.draw(st.booleans(), label=f"member {m} silent"):
                 continue
-            given_scores = {fed.address(t): data.draw(SCORES, label=f"{m}->{t}") for t in submitted}
-            base[fed.address(m)] = data.draw(SCORES, label=f"{m}->base")
-            receipt = fed.member(m).fl.submit_scores(job, 1, given_scores, base[fed.address(m)])
-            scores[fed.address(m)] = given_scores
-        if len(scores) < committee_size:  # a member was silent: the deadline path
-            fed.advance(601)
+            given[m] = {fed.address(t): data.draw(SCORES, label=f"{m}->{t}") for t in submitted}
+            base_by_index[m] = data.draw(SCORES, label=f"{m}->base")
+            fed.member(m).fl.commit_scores(job, 1, given[m], base_by_index[m], bytes([m + 1]) * 32)
+        if len(given) < committee_size:  # a member was silent: reveals open at the commit deadline
+            fed.advance(301)
+        receipt = None
+        for m in given:
+            receipt = fed.member(m).fl.reveal_scores(job, 1, given[m], base_by_index[m], bytes([m + 1]) * 32)
+        if not given:  # nobody committed: anyone finalizes once the commit deadline passed
             receipt = fed.member(11).fl.finalize_round(job, 1)
+        scores = {fed.address(m): v for m, v in given.items()}
+        base = {fed.address(m): v for m, v in base_by_index.items()}
         outcome = receipt.event("RoundFinalized").args
         expected = decide_round(
             [fed.address(t) for t in submitted],

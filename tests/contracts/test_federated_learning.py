@@ -11,17 +11,18 @@ from fl_node.committee import decide_round
 REF, HASH, MODEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32  # as in conftest.Federation.spec
 
 
+def salt(member: int) -> bytes:
+    return bytes([member + 1]) * 32  # as conftest.Federation.score uses
+
+
 def _train(fed, job, round_, trainers, samples=10):
     for t in trainers:
         fed.member(t).fl.submit_update(job, round_, bytes([t]) * 32, bytes([t + 100]) * 32, samples)
 
 
 def _score_all(fed, job, round_, committee, trainers, score=lambda m, t: 5000 + 100 * t - m):
-    """Every member scores; returns the receipts in order (the last one finalized the round)."""
-    return [
-        fed.member(m).fl.submit_scores(job, round_, {fed.address(t): score(m, t) for t in trainers})
-        for m in committee
-    ]
+    """Every member commits, then reveals; the reveal receipts in order (the last finalized the round)."""
+    return fed.score(job, round_, {m: {fed.address(t): score(m, t) for t in trainers} for m in committee})
 
 
 def _expected(fed, committee, trainers, top_k, score=lambda m, t: 5000 + 100 * t - m):
@@ -131,38 +132,91 @@ def test_submit_update_rules(fed):
     assert copier.content_owner(job, 1, HASH) == fed.address(t)
     assert copier.get_job(job).update_count == 1
     with pytest.raises(errors.ScoringNotOpen):  # updates still missing, deadline not reached
-        fed.member(committee[0]).fl.submit_scores(job, 1, {fed.address(t): 1})
+        fed.member(committee[0]).fl.commit_scores(job, 1, {fed.address(t): 1}, 0, salt(0))
     fed.advance(601)
     with pytest.raises(errors.DeadlinePassed):
         fed.member(trainers[1]).fl.submit_update(job, 1, REF, HASH, 1)
 
 
-def test_submit_scores_rules(fed):
-    job, committee, trainers = fed.running_job(participants=6)
+def test_commit_reveal_rules(fed):
+    """Each member commits to its scores, reveals only once every member committed (or the commit
+    deadline passed), and only what it committed; a reveal's contents are checked as scores."""
+    job, committee, trainers = fed.running_job(participants=8, committee_size=5)
     _train(fed, job, 1, trainers)
-    member = fed.member(committee[0]).fl
     t0, t1 = fed.address(trainers[0]), fed.address(trainers[1])
+    fl = {m: fed.member(m).fl for m in committee}
+    good = {t0: 9000, t1: 8000}
     with pytest.raises(errors.NotCommitteeMember):
-        fed.member(trainers[0]).fl.submit_scores(job, 1, {t1: 10})
-    with pytest.raises(errors.UnknownUpdate):
-        member.submit_scores(job, 1, {fed.address(committee[1]): 10})
-    with pytest.raises(errors.ScoreOutOfRange):
-        member.submit_scores(job, 1, {t0: 10_001})
-    with pytest.raises(errors.LengthMismatch):
-        member.client.transact(member.encode("submitScores", job, 1, [t0, t1], [1], 0))
-    with pytest.raises(errors.DuplicateScores):  # one trainer twice in one call
-        member.client.transact(member.encode("submitScores", job, 1, [t0, t0], [1, 2], 0))
-    member.submit_scores(job, 1, {t0: 9000, t1: 8000})
+        fed.member(trainers[0]).fl.commit_scores(job, 1, {t1: 10}, 0, salt(0))
+    with pytest.raises(errors.InvalidUpdate):
+        fl[0].client.transact(fl[0].encode("commitScores", job, 1, b"\x00" * 32))
+    fl[0].commit_scores(job, 1, good, 5000, salt(0))
     with pytest.raises(errors.DuplicateScores):
-        member.submit_scores(job, 1, {t0: 9000})
-    with pytest.raises(errors.RoundNotFinalizable):
+        fl[0].commit_scores(job, 1, good, 5000, salt(0))
+    with pytest.raises(errors.RevealNotOpen):  # members may still commit: nobody sees scores yet
+        fl[0].reveal_scores(job, 1, good, 5000, salt(0))
+    with pytest.raises(errors.NotCommitted):
+        fl[1].reveal_scores(job, 1, good, 5000, salt(1))
+    # four members commit to payloads that each break one rule when revealed
+    unknown = {fed.address(committee[1]): 10}
+    fl[1].commit_scores(job, 1, unknown, 0, salt(1))
+    fl[2].commit_scores(job, 1, {t0: 10_001}, 0, salt(2))
+    raw = {3: ([t0, t0], [1, 2]), 4: ([t0, t1], [1])}  # one trainer twice; lengths differ
+
+    def raw_commitment(m):
+        from eth_abi import encode
+        from eth_utils import keccak
+
+        trainers_, scores_ = raw[m]
+        types = ["uint256", "uint16", "address", "address[]", "uint16[]", "uint16", "bytes32"]
+        return keccak(encode(types, [job, 1, fed.address(m), trainers_, scores_, 0, salt(m)]))
+
+    for m in (3, 4):
+        fl[m].client.transact(fl[m].encode("commitScores", job, 1, raw_commitment(m)))
+    assert fed.member(0).fl.get_job(job).commit_count == 5
+    with pytest.raises(errors.CommitmentMismatch):  # not what it committed to
+        fl[0].reveal_scores(job, 1, {t0: 9001, t1: 8000}, 5000, salt(0))
+    with pytest.raises(errors.CommitmentMismatch):
+        fl[0].reveal_scores(job, 1, good, 5000, salt(9))
+    receipt = fl[0].reveal_scores(job, 1, good, 5000, salt(0))
+    assert receipt.event("ScoresSubmitted").args["scores"] == [9000, 8000]
+    with pytest.raises(errors.DuplicateScores):
+        fl[0].reveal_scores(job, 1, good, 5000, salt(0))
+    with pytest.raises(errors.UnknownUpdate):
+        fl[1].reveal_scores(job, 1, unknown, 0, salt(1))
+    with pytest.raises(errors.ScoreOutOfRange):
+        fl[2].reveal_scores(job, 1, {t0: 10_001}, 0, salt(2))
+    with pytest.raises(errors.DuplicateScores):  # one trainer twice in one reveal
+        fl[3].client.transact(fl[3].encode("revealScores", job, 1, *raw[3], 0, salt(3)))
+    with pytest.raises(errors.LengthMismatch):
+        fl[4].client.transact(fl[4].encode("revealScores", job, 1, *raw[4], 0, salt(4)))
+    with pytest.raises(errors.RoundNotFinalizable):  # four committed members have not revealed
         fed.member(11).fl.finalize_round(job, 1)
     fed.advance(1201)
     with pytest.raises(errors.DeadlinePassed):
-        fed.member(committee[1]).fl.submit_scores(job, 1, {t0: 1})
-    # after the scoring deadline anyone may finalize with the scores that are in
+        fl[1].reveal_scores(job, 1, unknown, 0, salt(1))
+    # after the scoring deadline anyone may finalize with the reveals that are in
     receipt = fed.member(11).fl.finalize_round(job, 1)
     assert receipt.event("RoundFinalized").args["accepted"] == [t0, t1]
+
+
+def test_commit_deadline_makes_a_silent_member_absent(fed):
+    """A member that does not commit by the commit deadline is absent: the others reveal after the
+    deadline, and the last of them finalizes the round without waiting for the score deadline."""
+    job, committee, trainers = fed.running_job(participants=6)
+    _train(fed, job, 1, trainers)
+    given = {m: {fed.address(t): 6000 + t for t in trainers} for m in committee[:2]}
+    for m, scores in given.items():
+        fed.member(m).fl.commit_scores(job, 1, scores, 5000, salt(m))
+    with pytest.raises(errors.RevealNotOpen):
+        fed.member(committee[0]).fl.reveal_scores(job, 1, given[committee[0]], 5000, salt(committee[0]))
+    fed.advance(601 + 301)  # past the update deadline and the commit deadline (half the score period)
+    with pytest.raises(errors.DeadlinePassed):
+        fed.member(committee[2]).fl.commit_scores(job, 1, given[committee[0]], 5000, salt(committee[2]))
+    first = fed.member(committee[0]).fl.reveal_scores(job, 1, given[committee[0]], 5000, salt(committee[0]))
+    assert [e.name for e in first.events] == ["ScoresSubmitted"]
+    last = fed.member(committee[1]).fl.reveal_scores(job, 1, given[committee[1]], 5000, salt(committee[1]))
+    assert last.event("RoundFinalized").args["accepted"]
 
 
 def test_margin_rule_needs_updates_to_beat_the_base_model(fed):
@@ -175,12 +229,9 @@ def test_margin_rule_needs_updates_to_beat_the_base_model(fed):
     gain = dict(zip(trainers, (0, 100, 151, 400), strict=True))
     scores = {m: {t: (10_000 if m == committee[2] else 5000 + gain[t]) for t in trainers} for m in committee}
     base = {m: (0 if m == committee[2] else 5000) for m in committee}
-    with pytest.raises(errors.ScoreOutOfRange):
-        fed.member(committee[0]).fl.submit_scores(job, 1, {fed.address(trainers[0]): 1}, 10_001)
-    receipts = [
-        fed.member(m).fl.submit_scores(job, 1, {fed.address(t): v for t, v in scores[m].items()}, base[m])
-        for m in committee
-    ]
+    receipts = fed.score(
+        job, 1, {m: {fed.address(t): v for t, v in scores[m].items()} for m in committee}, base
+    )
     assert receipts[0].event("ScoresSubmitted").args["baseScore"] == 5000
     outcome = receipts[-1].event("RoundFinalized").args
     expected = decide_round(
@@ -216,7 +267,9 @@ def test_score_slots_are_reused_across_rounds(fed):
     first = fed.member(0).fl.get_update(job, 2, 0)
     assert first.trainer == fed.address(trainers2[0]) and first.packed_scores == 0
     assert fed.member(0).fl.get_base_scores(job, 2) == {}
-    fed.member(new_committee[0]).fl.submit_scores(job, 2, {fed.address(trainers2[0]): 7})
+    fed.score(
+        job, 2, {new_committee[0]: {fed.address(trainers2[0]): 7}, new_committee[1]: {}, new_committee[2]: {}}
+    )
     assert fed.member(0).fl.get_update(job, 2, 0).scores_by_seat() == {0: 7}
     assert fed.member(0).fl.get_update(job, 1, 0).trainer == "0x" + "0" * 40  # round 1 is gone
 
@@ -308,8 +361,10 @@ def test_last_scores_finalize_the_round(fed):
 def test_earlier_scores_do_not_finalize(fed):
     job, committee, trainers = fed.running_job(participants=6)
     _train(fed, job, 1, trainers)
+    for m in committee:
+        fed.member(m).fl.commit_scores(job, 1, {fed.address(t): 5000 for t in trainers}, 0, salt(m))
     for m in committee[:-1]:
-        receipt = fed.member(m).fl.submit_scores(job, 1, {fed.address(t): 5000 for t in trainers})
+        receipt = fed.member(m).fl.reveal_scores(job, 1, {fed.address(t): 5000 for t in trainers}, 0, salt(m))
         assert [e.name for e in receipt.events] == ["ScoresSubmitted"]
     assert fed.member(0).fl.get_job(job).phase is RoundPhase.TRAINING
     with pytest.raises(errors.RoundNotFinalizable):  # a score still due, deadline not passed

@@ -28,8 +28,7 @@ def _finish_round(fed, job, round_, committee, trainers):
         if info.spend_round != round_:
             fed.member(t).fl.spend_privacy(job, round_, 1)
         fed.member(t).fl.submit_update(job, round_, bytes([t]) * 32, bytes([t + 100]) * 32, 10)
-    for m in committee:
-        fed.member(m).fl.submit_scores(job, round_, {fed.address(t): 5000 + t for t in trainers})
+    fed.score(job, round_, {m: {fed.address(t): 5000 + t for t in trainers} for m in committee})
     addresses = fed.member(0).fl.committee(job)
     new = [next(i for i in range(12) if fed.address(i) == a) for a in addresses]
     fed.member(new[0]).fl.propose_global_model(job, round_, REF, MODEL)
@@ -125,8 +124,7 @@ def test_spend_rounds_and_the_per_round_limit(fed):
         if i != t:
             fed.member(i).fl.spend_privacy(job, 1, 1)
         fed.member(i).fl.submit_update(job, 1, REF, bytes([i + 1]) * 32, 10)
-    for m in committee:
-        fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
+    fed.score(job, 1, {m: {fed.address(i): 5000 + i for i in trainers} for m in committee})
     assert fed.member(0).fl.get_job(job).phase is RoundPhase.AGGREGATING
     with pytest.raises(errors.WrongRound):
         fl.spend_privacy(job, 3, 1)
@@ -142,8 +140,7 @@ def test_no_spend_past_the_last_round(fed):
     for i in trainers:
         fed.member(i).fl.spend_privacy(job, 1, 1)
         fed.member(i).fl.submit_update(job, 1, REF, bytes([i + 1]) * 32, 10)
-    for m in committee:
-        fed.member(m).fl.submit_scores(job, 1, {fed.address(i): 5000 + i for i in trainers})
+    fed.score(job, 1, {m: {fed.address(i): 5000 + i for i in trainers} for m in committee})
     with pytest.raises(errors.WrongRound):
         fed.member(trainers[0]).fl.spend_privacy(job, 2, 1)
 

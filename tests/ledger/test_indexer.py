@@ -30,9 +30,12 @@ def _run_one_round_job(ledgers) -> int:
         fl[i].spend_privacy(job, 1, 1_250_000 if i == 2 else 1)
         fl[i].submit_update(job, 1, bytes([i]) * 64, bytes([i]) * 32, 10 * i)
     addr = [ledger.client.address for ledger in ledgers]
-    fl[0].submit_scores(job, 1, {addr[2]: 9000, addr[3]: 7000, addr[4]: 0})
+    first, second = {addr[2]: 9000, addr[3]: 7000, addr[4]: 0}, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0}
+    fl[0].commit_scores(job, 1, first, 0, b"\x01" * 32)
+    fl[1].commit_scores(job, 1, second, 0, b"\x02" * 32)
+    fl[0].reveal_scores(job, 1, first, 0, b"\x01" * 32)
     # the last member's scores finalize the round in the same transaction
-    last = fl[1].submit_scores(job, 1, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0})
+    last = fl[1].reveal_scores(job, 1, second, 0, b"\x02" * 32)
     outcome = last.event("RoundFinalized").args
     elected = [addr.index(a) for a in outcome["nextCommittee"]]
     fl[elected[0]].propose_global_model(job, 1, b"\x44" * 64, MODEL)

@@ -1,7 +1,8 @@
 """The committee's part of a round: score every update on this node's validation data.
 
-The scores that complete the committee's set finalize the round on chain in the same
-transaction; a separate finalize is sent only when the score deadline ends the scoring.
+Scores go on chain by commit and reveal (see score_round). The reveal that completes the
+committee's set finalizes the round on chain in the same transaction; a separate finalize is
+sent only when a deadline ends the scoring.
 
 A malformed update, or one whose bytes do not match the hash on chain, scores 0; it is
 never an error (fl_node.score guarantees that for the bytes themselves).
@@ -15,6 +16,7 @@ awaited before the scores go on chain, and marked released when they do.
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import torch
@@ -39,11 +41,15 @@ BASE = ("base", "base")
 
 
 def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
-    """Score the round's updates as they arrive; submit the scores once all are in.
+    """Score the round's updates as they arrive; commit to the scores once all are in, and reveal
+    them once every member committed (or the commit deadline passed).
 
-    If these scores complete the committee's set, the contract finalizes the round in the same
-    transaction (its receipt carries RoundFinalized, or JobFailed): nothing more is sent, and no
-    other node has to notice the last score first.
+    Commit-reveal: no member sees another's scores before it is bound to its own, so the last
+    scorer cannot tailor its scores and a lazy member cannot copy. The salt and the exact scores
+    committed are kept in the database (ScoreCommitment) before the commitment is sent: a
+    restarted node reveals what it committed (noisy scores are never recomputed). If this reveal
+    completes the set, the contract finalizes the round in the same transaction (its receipt
+    carries RoundFinalized, or JobFailed).
 
     Scoring an update while the other trainers still train takes it off the round's critical
     path: when the last update arrives only that one is left to score. The scores are kept by
@@ -52,41 +58,82 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.TRAINING:
         return Outcome(True, "the round has moved on")
+    committed = mirror.ScoreCommitment.objects.filter(
+        node=ctx.address, job_id=job.job_id, round=round_
+    ).first()
+    if committed is not None:
+        return _commit_or_reveal(ctx, job, round_, on_chain, committed)
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
     workspace.keep_round(_scored, ctx.address, job.job_id, round_)
     workspace.keep_round(_score_spends, ctx.address, job.job_id, round_)
     known = _scored.setdefault((ctx.address, job.job_id, round_), {})
-    _score_new(ctx, job, config, round_, updates, known, claim)
+    dataset = state.my_dataset(job, ctx.address)
+    _score_new(ctx, job, config, round_, updates, known, claim, dataset)
     RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue
     expected = on_chain.participant_count - on_chain.committee_size
     if on_chain.update_count < expected and chain.contract_now(ctx, on_chain) <= on_chain.update_deadline:
         return Outcome(
             False, f"scored {len(updates)} of {expected} updates as they came; waiting for the rest"
         )
-    scores = {u.trainer: known[(u.trainer, u.content_hash)] for u in updates}
-    base_score = known.get(BASE, 0)
     key = (ctx.address, job.job_id, round_)
     if key in _score_spends:  # the chain records the scores' cost before it sees them
         with timing.part(timing.PRIVACY):
             round_privacy.await_spend(claim, _score_spends[key])
+    committed, _ = mirror.ScoreCommitment.objects.get_or_create(
+        node=ctx.address,
+        job_id=job.job_id,
+        round=round_,
+        defaults=dict(
+            salt="0x" + secrets.token_hex(32),
+            scores=[[u.trainer, known[(u.trainer, u.content_hash)]] for u in updates],
+            base_score=known.get(BASE, 0),
+        ),
+    )
+    _scored.pop(key, None)
+    _score_spends.pop(key, None)
+    return _commit_or_reveal(ctx, job, round_, on_chain, committed)
+
+
+def _commit_or_reveal(ctx, job: mirror.Job, round_: int, on_chain, committed) -> Outcome:
+    """Send the commitment if it is not on chain yet, else the reveal once reveals are open."""
+    scores = {trainer: int(score) for trainer, score in committed.scores}
+    salt = bytes.fromhex(committed.salt.removeprefix("0x"))
+    me = chain.participant(ctx, job.job_id)
+    now = chain.contract_now(ctx, on_chain)
+    commit_deadline = on_chain.score_deadline - on_chain.score_period // 2
+    if me.commit_round != round_:
+        try:
+            receipt = chain.commit_scores(ctx, job.job_id, round_, scores, committed.base_score, salt)
+        except ledger_errors.ScoringNotOpen:
+            return Outcome(False, "scoring is not open yet (updates still due)")
+        except ledger_errors.DeadlinePassed:
+            return Outcome(True, "the commit deadline passed: this member is absent this round")
+        on_chain = chain.job_state(ctx, job.job_id)
+        if on_chain.commit_count < on_chain.committee_size:
+            return Outcome(
+                False, "committed to the scores; revealing once every member committed", receipt.tx_hash
+            )
+        # the last commitment: reveal at once (a committee of one loses no tick to commit-reveal)
+    elif me.score_round == round_:
+        return Outcome(True, "scores already revealed")
+    if on_chain.commit_count < on_chain.committee_size and now <= commit_deadline:
+        return Outcome(False, f"waiting for {on_chain.committee_size - on_chain.commit_count} commitments")
     dataset = state.my_dataset(job, ctx.address)
     try:
-        receipt = chain.submit_scores(ctx, job.job_id, round_, scores, base_score)
-    except ledger_errors.ScoringNotOpen:
-        return Outcome(False, "scoring is not open yet (updates still due)")
-    except ledger_errors.UnknownUpdate:
-        return Outcome(False, "an update is not on chain yet; rescoring with the indexed set")
+        receipt = chain.reveal_scores(ctx, job.job_id, round_, scores, committed.base_score, salt)
+    except ledger_errors.RevealNotOpen:
+        return Outcome(False, "reveals are not open yet")
     except ledger_errors.DuplicateScores:  # sent by an attempt that died before it recorded so
         round_privacy.released(dataset, job.job_id, round_, "score_count")
         return Outcome(True, "scores already on chain")
+    except ledger_errors.DeadlinePassed:
+        return Outcome(True, "the score deadline passed before the reveal: this member is absent")
     round_privacy.released(dataset, job.job_id, round_, "score_count")
-    _scored.pop(key, None)
-    _score_spends.pop(key, None)
-    detail = f"scored {len(scores)} updates"
+    detail = f"revealed {len(scores)} scores"
     events = {e.name: e for e in receipt.events}
-    if "RoundFinalized" in events:  # these scores completed the set
+    if "RoundFinalized" in events:  # this reveal completed the set
         detail += "; round finalized with the scores"
     elif "JobFailed" in events:  # completed the set, but too few updates arrived
         failed = events["JobFailed"].args
@@ -96,13 +143,14 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     return Outcome(True, detail, receipt.tx_hash)
 
 
-def _score_new(ctx, job, config: JobConfig, round_: int, updates, known: dict, claim: RoundAction) -> None:
-    """Score the updates not scored yet, on this node's validation data, into ``known``."""
+def _score_new(
+    ctx, job, config: JobConfig, round_: int, updates, known: dict, claim: RoundAction, dataset
+) -> None:
+    """Score the updates not scored yet, on this node's validation data (of ``dataset``), into ``known``."""
     new = [u for u in updates if (u.trainer, u.content_hash) not in known]
     if not new and BASE in known:
         return
     with timing.part(timing.PREPARE):
-        dataset = state.my_dataset(job, ctx.address)
         plan = round_privacy.node_plan(job, config, dataset)
         round_key = (ctx.address, job.job_id, round_)
         release = plan.score_release(plan.scores_per_round)
