@@ -232,7 +232,11 @@ class ChainClient:
                 # revert, and the in-process chain's gas is free, so send with a fixed limit.
                 self.read(lambda: self.w3.eth.call(tx, "pending"))
                 return IN_PROCESS_GAS
-            estimate = self.read(lambda: self.w3.eth.estimate_gas(tx))
+            # Against the pending block, which is what the transaction will see once mined: the
+            # latest block of an idle chain (anvil mines only on a transaction) carries a stale
+            # timestamp, so a call that is valid only past a deadline (finalizeRound once a
+            # trainer died) would fail to estimate forever, and nothing would mine a new block.
+            estimate = self.read(lambda: self.w3.eth.estimate_gas(tx, "pending"))
         except (ContractLogicError, TesterTransactionFailed) as exc:
             raise revert_from(exc) from exc
         except Web3RPCError as exc:
