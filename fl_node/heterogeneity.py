@@ -47,7 +47,7 @@ import torch
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import encode_update
 from fl_node.data import ArrayDataset, DatasetSplits
-from fl_node.normalized_average import WorkUpdate, normalized_average
+from fl_node.normalized_average import WorkUpdate, normalized_average, work_norm
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy, train_release
@@ -93,6 +93,9 @@ class FederationConfig:
     delta: float = 1e-5
     link: Link = field(default_factory=Link)
     seed: int = 0
+    # The adaptive arm's server step (fl_node.normalized_average): "mean" is FedNova's
+    # sum_i p_i a_i; "base" is the work norm of base_steps, the fixed arm's step.
+    effective_work: str = "mean"
 
     @property
     def max_steps(self) -> int:
@@ -193,6 +196,14 @@ def _member_plan(config: FederationConfig, mode: str, num_train: int) -> Privacy
     )
 
 
+def _server_step(config: FederationConfig) -> float | None:
+    if config.effective_work == "mean":
+        return None
+    if config.effective_work == "base":
+        return work_norm(config.base_steps, config.momentum)
+    raise ValueError(f"effective_work must be 'mean' or 'base', got {config.effective_work!r}")
+
+
 def run_federation(
     config: FederationConfig,
     mode: str,
@@ -264,7 +275,11 @@ def run_federation(
             controllers[i].observe(steps=work, seconds=seconds, target_seconds=deadline)
         if mode == "adaptive":
             global_state = normalized_average(
-                global_state, updates, max_steps=config.max_steps, momentum=config.momentum
+                global_state,
+                updates,
+                max_steps=config.max_steps,
+                momentum=config.momentum,
+                tau_eff=_server_step(config),
             )
         else:
             global_state, _ = fedavg.aggregate(global_state, updates)

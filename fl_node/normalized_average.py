@@ -82,13 +82,24 @@ def work_norm(steps: int, momentum: float = 0.0) -> float:
 
 
 def nova_weights(
-    num_samples: Sequence[int], steps: Sequence[int], *, momentum: float = 0.0
+    num_samples: Sequence[int],
+    steps: Sequence[int],
+    *,
+    momentum: float = 0.0,
+    tau_eff: float | None = None,
 ) -> tuple[list[float], float]:
     """The factors ``tau_eff * p_i / a_i`` applied to each delta, and ``tau_eff``.
 
-    When every trainer ran the same steps, the factors are FedAvg's ``p_i`` exactly (as
+    ``tau_eff`` None is FedNova's default ``sum_i p_i a_i``; a given value is a server step
+    size (any positive value keeps the objective consistent, Wang et al. 2020 section 4), e.g.
+    the work norm of the job's nominal steps. When every trainer ran the same steps and
+    ``tau_eff`` is their norm (or None), the factors are FedAvg's ``p_i`` exactly (as
     :func:`fl_node.aggregate.weighted_mean` computes them), so normalized averaging is FedAvg.
     """
+    if tau_eff is not None and not (
+        isinstance(tau_eff, int | float) and math.isfinite(tau_eff) and tau_eff > 0
+    ):
+        raise ValueError(f"tau_eff must be a positive number, got {tau_eff!r}")
     if not num_samples or len(num_samples) != len(steps):
         raise ValueError("need as many step counts as sample counts, and at least one")
     total = float(sum(num_samples))
@@ -96,9 +107,10 @@ def nova_weights(
         raise ValueError("sample counts must sum to a positive number")
     p = [n / total for n in num_samples]
     norms = [work_norm(s, momentum) for s in steps]
-    tau_eff = math.fsum(pi * ai for pi, ai in zip(p, norms, strict=True))
-    if len(set(steps)) == 1:
+    mean_work = math.fsum(pi * ai for pi, ai in zip(p, norms, strict=True))
+    if len(set(steps)) == 1 and (tau_eff is None or tau_eff == norms[0]):
         return p, norms[0]
+    tau_eff = mean_work if tau_eff is None else float(tau_eff)
     return [pi * (tau_eff / ai) for pi, ai in zip(p, norms, strict=True)], tau_eff
 
 
@@ -108,11 +120,13 @@ def normalized_average(
     *,
     max_steps: int,
     momentum: float = 0.0,
+    tau_eff: float | None = None,
 ) -> State:
     """The new global model by FedNova from deltas of unequal local work (see the module doc).
 
     ``max_steps`` is the job's bound on a round's local steps; reported steps are clamped to it.
     ``momentum`` is the trainers' SGD momentum (the job's, not a per-update claim).
+    ``tau_eff``: the server step (see :func:`nova_weights`); None is FedNova's ``sum_i p_i a_i``.
     Raises ValueError on malformed updates, as :class:`fl_node.aggregate.FedAvg` does.
     """
     steps_by_id = {}
@@ -122,7 +136,10 @@ def normalized_average(
         global_state, [WeightedUpdate(item.update, item.num_samples, item.id) for item in updates]
     )
     factors, _ = nova_weights(
-        [item.num_samples for item in ordered], [steps_by_id[item.id] for item in ordered], momentum=momentum
+        [item.num_samples for item in ordered],
+        [steps_by_id[item.id] for item in ordered],
+        momentum=momentum,
+        tau_eff=tau_eff,
     )
     names = sorted(ordered[0].update)
     combined = {

@@ -140,3 +140,26 @@ def test_bad_updates_are_refused():
         normalized_average(GLOBAL, [zero], max_steps=8)
     with pytest.raises(ValueError, match="momentum"):
         normalized_average(GLOBAL, good, max_steps=8, momentum=-0.1)
+
+
+def test_a_given_server_step_scales_the_normalized_mean():
+    g = {"x": torch.zeros(2)}
+    updates = [
+        WorkUpdate({"x": torch.tensor([1.0, 0.0])}, 100, 1, "a"),
+        WorkUpdate({"x": torch.tensor([0.0, 3.0])}, 300, 3, "b"),
+    ]
+    # tau_eff = 2 (e.g. the job's nominal 2 steps): 2 * (1/4 [1, 0] + 3/4 [0, 1]) = [0.5, 1.5].
+    out = normalized_average(g, updates, max_steps=10, tau_eff=2.0)
+    assert out["x"].tolist() == pytest.approx([0.5, 1.5], abs=1e-7)
+    # Equal steps with tau_eff at their norm: FedAvg byte for byte; another tau_eff scales it.
+    same = _updates([6, 6, 6])
+    fedavg, _ = get_strategy("fedavg").aggregate(
+        GLOBAL, [WeightedUpdate(u.update, u.num_samples, u.id) for u in same]
+    )
+    at_norm = normalized_average(GLOBAL, same, max_steps=24, momentum=0.5, tau_eff=work_norm(6, 0.5))
+    assert all(torch.equal(at_norm[n], fedavg[n]) for n in fedavg)
+    doubled = normalized_average(GLOBAL, same, max_steps=24, tau_eff=12.0)
+    assert torch.allclose(doubled["b"], 2 * fedavg["b"] - GLOBAL["b"], atol=1e-6)
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "2"):
+        with pytest.raises(ValueError, match="tau_eff"):
+            normalized_average(g, updates, max_steps=10, tau_eff=bad)
