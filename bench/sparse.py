@@ -46,7 +46,8 @@ fresh in each run):
   DP-SGD that is every noised row, so it costs a row id per row more than dense.
 
 Per round: the bytes of the updates stored in the swarm (blob sizes), the measured wall
-time from the job's start until the round's global model was fixed, and that model's
+time from the job's start until the first node began serving the round's fixed model (its
+register action, Unix time; a polled view as fallback), and that model's
 loss on a test split no node holds. ``fed_*`` figures: as above, with the target the
 dense arm's final test loss plus 1%.
 
@@ -249,7 +250,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
     """Three node processes (backend.localnet), one job per arm on the same datasets, one after another.
 
     Per round: the bytes of the updates stored in the swarm (their blobs' sizes), the wall time
-    from the job's start until the round's global model was fixed (polled once a second), and
+    from the job's start until the first node began serving the round's fixed model, and
     the loss of that model on a held-out test split no node holds.
     """
     import tempfile
@@ -317,6 +318,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
                     raise RuntimeError(f"{arm}: a node did not prepare the job")
                 fixed_at: dict[int, float] = {}
                 started = time.monotonic()
+                started_unix = time.time()
 
                 def progress(_job, rounds, fixed_at=fixed_at, started=started):
                     for r in rounds:
@@ -332,6 +334,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
                     job["id"],
                     fed.rounds(first, job["id"]),
                     fixed_at,
+                    started_unix,
                     net,
                     test_x,
                     test_y,
@@ -347,7 +350,15 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def _federation_rounds(
-    node, job_id: int, rounds: list[dict], fixed_at: dict, net, test_x, test_y, decode_model
+    node,
+    job_id: int,
+    rounds: list[dict],
+    fixed_at: dict,
+    started_unix: float,
+    net,
+    test_x,
+    test_y,
+    decode_model,
 ) -> dict:
     session = node.api()
     listing = session.get(f"{node.url}/api/models", params={"page_size": 1000}, timeout=60).json()
@@ -371,7 +382,9 @@ def _federation_rounds(
                 "loss": evaluate(net, test_x, test_y)["loss"],
                 "update_bytes": sum(sizes),
                 "updates": len(sizes),
-                "elapsed": fixed_at.get(number),
+                # When the node began serving the round's fixed model (its own register action's start,
+                # Unix time): the polled view is only as fine as one read of the rounds API.
+                "elapsed": _registered(r, started_unix) or fixed_at.get(number),
                 "encodings": {
                     name: entry for name, entry in (r.get("encodings") or {}).items() if name == FED_TABLE
                 },
@@ -383,6 +396,11 @@ def _federation_rounds(
         entry["seconds"] = (entry["elapsed"] or previous) - previous
         previous = entry["elapsed"] or previous
     return {"rounds": out}
+
+
+def _registered(round_: dict, started_unix: float) -> float | None:
+    started = (round_.get("timings") or {}).get("register", {}).get("started")
+    return started - started_unix if started else None
 
 
 def federation_figures(results: dict[str, dict], args: argparse.Namespace) -> dict:
