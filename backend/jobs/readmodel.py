@@ -14,6 +14,7 @@ from backend.datasets.models import Dataset, PrivacyRelease
 from backend.jobs.encodings import round_encodings
 from backend.jobs.models import JobRecord, Membership, RoundAction, RoundMetric
 from backend.ledger import models as mirror
+from backend.ledger.contributions import contributions
 
 CONFIG_FIELDS = (
     "model",
@@ -62,6 +63,8 @@ def job_payload(job: mirror.Job, record: JobRecord | None, node: str) -> dict:
         if latest
         else None,
         "privacy": privacy_payload(job, config, node),
+        # each participant's accepted updates, committee work and share (from the chain's events)
+        "contributions": contributions(job),
         "joined": {
             "dataset": membership.dataset_id,
             "tx_hash": membership.tx_hash,

@@ -177,6 +177,10 @@ class JobSerializer(serializers.Serializer):
     committee = serializers.ListField(child=serializers.CharField())
     global_model = serializers.DictField(allow_null=True)
     privacy = JobPrivacySerializer()
+    contributions = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="per participant: accepted_updates, accepted_median_sum, updates, reveals, votes, share",
+    )
     joined = serializers.DictField(allow_null=True)
 
 

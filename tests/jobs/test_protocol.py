@@ -141,6 +141,14 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
         rounds = operator_client.get(f"/api/jobs/{job_id}/rounds").json()
         status = operator_client.get(f"/api/jobs/{job_id}").json()
     assert status["status"] == "finished" and status["current_round"] == 2
+    # Contribution accounting: the label flipper was never accepted nor seated, so its share is 0;
+    # the accepted updates of the chain's history are what the API counts.
+    shares = {row["node"]: row for row in status["contributions"]}
+    assert shares[attacker]["share"] == 0 and shares[attacker]["accepted_updates"] == 0
+    assert abs(sum(row["share"] for row in shares.values()) - 1) < 1e-4
+    assert sum(row["accepted_updates"] for row in shares.values()) == sum(
+        len(history[n]["accepted"]) for n in (1, 2)
+    )
     assert [r["round"] for r in rounds] == [1, 2]
     for api_round in rounds:
         chain_round = history[api_round["round"]]

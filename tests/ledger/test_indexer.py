@@ -90,6 +90,21 @@ def test_indexer_builds_typed_tables(federation, finished_job):
     assert models.Dataset.objects.get(dataset_id=3).privacy_spent == 1_250_000
     assert models.PrivacySpend.objects.get(dataset__dataset_id=3, job_id=1).spent == 1_250_000
     assert models.ChainEvent.objects.filter(name="UpdateSubmitted").count() == 3
+    # contribution accounting, derived from the events: trainers 2 and 3 accepted (medians 8500
+    # and 7050), members 0 and 1 revealed once each, the elected 2 and 3 voted once each
+    from backend.ledger.contributions import contributions
+
+    rows = {row["node"]: row for row in contributions(job)}
+    assert [rows[a]["accepted_updates"] for a in addr] == [0, 0, 1, 1, 0]
+    assert [rows[a]["updates"] for a in addr] == [0, 0, 1, 1, 1]
+    assert rows[addr[2]]["accepted_median_sum"] == 8500 and rows[addr[3]]["accepted_median_sum"] == 7050
+    assert [rows[a]["reveals"] for a in addr] == [1, 1, 0, 0, 0]
+    assert [rows[a]["votes"] for a in addr] == [0, 0, 1, 1, 0]
+    unit = (8500 + 7050) / 2  # a committee action counts as the mean accepted median
+    total = 8500 + 7050 + 4 * unit  # two reveals, two votes
+    assert rows[addr[0]]["share"] == round(unit / total, 6)
+    assert rows[addr[2]]["share"] == round((8500 + unit) / total, 6)
+    assert rows[addr[4]]["share"] == 0.0
     # the last scores and the round's finalization: one transaction, in that order
     last_scores = models.ChainEvent.objects.filter(name="ScoresSubmitted").last()
     finalized = models.ChainEvent.objects.get(name="RoundFinalized")
