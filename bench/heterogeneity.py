@@ -6,7 +6,11 @@ Run from the repository root: ``.venv/bin/python bench/heterogeneity.py [--quick
    time of the real model (the CNN on the MNIST subset, batch 64, measured here as CPU time
    with torch on one thread: fl_node.heterogeneity.measure_step_times), transfers over a
    ``--bandwidth-mbit`` link (100 Mbit/s), ``--rounds`` (10) rounds, trained for real on IID
-   shares (FedAvg weighted by the samples processed, test accuracy on the 1,000 test images).
+   shares (test accuracy on the 1,000 test images). The fixed arm aggregates by FedAvg (equal
+   steps: the shares' weights); the adaptive arm by normalized averaging (FedNova,
+   fl_node.normalized_average: each delta divided by its momentum-aware work norm a_i, averaged
+   with the shares' data weights, times the server step ``--effective-work``: "mean" is
+   FedNova's sum p_i a_i, "base" the norm of the base steps, the fixed arm's step).
    Fixed work (``--base-steps`` = 7, one epoch of a share, for everyone) vs AIMD-adaptive work
    (fl_node.scheduler.AimdController against the training deadline = what the slowest member
    needs for the base work; at most 4x the base). Same seeds, same step-time draws.
@@ -80,6 +84,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.5)
     parser.add_argument("--epsilon", type=float, help="DP-SGD target per member (default: no DP)")
+    parser.add_argument(
+        "--effective-work",
+        choices=("mean", "base"),
+        default="mean",
+        help="the adaptive arm's FedNova server step: sum p_i a_i (mean) or the base steps' norm",
+    )
     parser.add_argument("--bandwidth-mbit", type=float, default=100.0)
     parser.add_argument("--slots", type=int, default=1)
     parser.add_argument("--job-rounds", type=int, default=10)
@@ -147,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         epsilon=args.epsilon,
         link=Link(args.bandwidth_mbit * 1e6 / 8),
         seed=args.seed,
+        effective_work=args.effective_work,
+    )
+    print(
+        "aggregation: fixed arm FedAvg; adaptive arm normalized averaging (FedNova, "
+        f"server step {args.effective_work})"
     )
     runs = {}
     for mode in ("fixed", "adaptive"):
@@ -205,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "lr": args.lr,
             "momentum": args.momentum,
             "epsilon": args.epsilon,
+            "aggregation": {"fixed": "fedavg", "adaptive": f"fednova:{args.effective_work}"},
             "bandwidth_mbit": args.bandwidth_mbit,
             "slots": args.slots,
             "job_epochs": list(args.job_epochs),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -69,6 +70,20 @@ def test_adaptive_work_is_charged_to_privacy(digits):
     # The fastest member ran more steps and spent more; everyone stays within the target.
     assert run.epsilons[0] > run.epsilons[-1]
     assert max(run.epsilons) <= 4.0 + 1e-6
+
+
+def test_adaptive_arm_averages_by_fednova_with_the_chosen_server_step(digits):
+    splits, model = digits
+    config = FederationConfig(members=2, rounds=2, base_steps=2, batch_size=16)
+    for step in ("mean", "base"):
+        run = run_federation(
+            replace(config, effective_work=step), "adaptive", splits, copy.deepcopy(model), [0.01]
+        )
+        assert len(run.accuracies) == 2 and 0 <= run.accuracy <= 1
+    with pytest.raises(ValueError, match="effective_work"):
+        run_federation(
+            replace(config, effective_work="max"), "adaptive", splits, copy.deepcopy(model), [0.01]
+        )
 
 
 def test_aggregation_weights_follow_the_samples_processed():
