@@ -1,0 +1,92 @@
+"""Faults, measured: a trainer SIGKILLed mid-round, and the chain's RPC gone for 10 s mid-round.
+
+Each scenario runs one job on its own local federation (anvil + three node processes, the
+scenarios of tests/faults/scenarios.py) and reports whether the job completed, how many
+once-per-round calls a node sent twice (goal 0), how many rounds were lost (a round the chain
+records as skipped or failed, or one never finalized) and the seconds each recovery took:
+
+- kill: from the SIGKILL until the round finalized without the trainer (its deadline path),
+  and from the restart until the job ended;
+- rpc: from the endpoint's return until the first transaction landed, and until the job ended.
+
+The last line printed is one JSON object.
+
+    .venv/bin/python bench/faults.py [--scenario kill rpc] [--outage-s 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "faults"))
+
+import django  # noqa: E402
+
+from backend.localnet import LocalFederation, NodeSpec  # noqa: E402
+
+
+def _rounds_lost(result: dict, rounds: int) -> int:
+    finalized = {e.args["round"] for e in result["events"] if e.name == "RoundFinalized"}
+    skipped = {e.args["round"] for e in result["events"] if e.name in ("AggregationSkipped", "JobFailed")}
+    return len(set(range(1, rounds + 1)) - finalized) + len(skipped)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", nargs="+", choices=["kill", "rpc"], default=["kill", "rpc"])
+    parser.add_argument("--outage-s", type=float, default=10.0)
+    args = parser.parse_args(argv)
+
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django_settings")
+    django.setup()
+    from faultnet import ProxiedFederation, duplicates
+    from scenarios import ROUNDS, run_kill_a_trainer, run_rpc_outage
+
+    specs = [NodeSpec("org-a"), NodeSpec("org-b"), NodeSpec("org-c")]
+    figures: dict = {"jobs": 0, "jobs_completed": 0, "duplicate_transactions": 0, "rounds_lost": 0}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="defl-faults-") as root:
+        if "kill" in args.scenario:
+            kill_specs = [*specs, NodeSpec("org-d")]  # R=3 copies need three live nodes
+            with LocalFederation(Path(root) / "kill", kill_specs, log=lambda _line: None) as federation:
+                result = run_kill_a_trainer(federation)
+            figures["jobs"] += 1
+            figures["jobs_completed"] += result["job"]["status"] == "finished"
+            figures["duplicate_transactions"] += sum(n - 1 for n in duplicates(result["calls"]).values())
+            figures["rounds_lost"] += _rounds_lost(result, ROUNDS)
+            figures["kill_round_finalized_without_trainer_s"] = round(
+                result["round_finalized_without_victim_s"], 1
+            )
+            figures["kill_restart_to_job_end_s"] = round(result["restart_to_job_end_s"], 1)
+            figures["kill_trainer_trained_again"] = bool(result["victim_submitted_later"])
+            print(f"kill: {json.dumps({k: v for k, v in figures.items() if k.startswith('kill')})}")
+        if "rpc" in args.scenario:
+            with ProxiedFederation(Path(root) / "rpc", specs, log=lambda _line: None) as federation:
+                result = run_rpc_outage(federation, outage_s=args.outage_s)
+            figures["jobs"] += 1
+            figures["jobs_completed"] += result["job"]["status"] == "finished"
+            figures["duplicate_transactions"] += sum(n - 1 for n in result["duplicates"].values())
+            figures["rounds_lost"] += _rounds_lost(result, ROUNDS)
+            figures["rpc_outage_s"] = args.outage_s
+            figures["rpc_first_transaction_after_outage_s"] = round(
+                result["first_transaction_after_outage_s"], 1
+            )
+            figures["rpc_outage_to_job_end_s"] = round(result["outage_to_job_end_s"], 1)
+    figures["wall_s"] = round(time.monotonic() - started, 1)
+    print(json.dumps(figures))
+    return 0 if figures["jobs_completed"] == figures["jobs"] and not figures["duplicate_transactions"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
