@@ -37,7 +37,7 @@ frontend/dist/index.html: $(STAMPS)/frontend-npm frontend/index.html frontend/vi
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check fl_node bench backend/ledger tests/contracts tests/ledger
+	$(PY) -m ruff format --check .
 	node contracts/compile.mjs --check
 
 test: setup lint

@@ -4,30 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0005_action_measure'),
+        ("jobs", "0005_action_measure"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='UpdateEncoding',
+            name="UpdateEncoding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('node', models.CharField(max_length=42)),
-                ('job_id', models.PositiveBigIntegerField()),
-                ('round', models.PositiveIntegerField()),
-                ('trainer', models.CharField(max_length=42)),
-                ('tensor', models.CharField(max_length=200)),
-                ('encoding', models.CharField(choices=[('dense', 'Dense'), ('delta', 'Delta')], max_length=5)),
-                ('density', models.FloatField(help_text="fraction of the tensor's rows (dim 0) the update changed")),
-                ('bytes', models.PositiveBigIntegerField(help_text="the tensor's bytes in the update as sent")),
-                ('dense_bytes', models.PositiveBigIntegerField(help_text='what the dense form takes')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("node", models.CharField(max_length=42)),
+                ("job_id", models.PositiveBigIntegerField()),
+                ("round", models.PositiveIntegerField()),
+                ("trainer", models.CharField(max_length=42)),
+                ("tensor", models.CharField(max_length=200)),
+                (
+                    "encoding",
+                    models.CharField(choices=[("dense", "Dense"), ("delta", "Delta")], max_length=5),
+                ),
+                (
+                    "density",
+                    models.FloatField(help_text="fraction of the tensor's rows (dim 0) the update changed"),
+                ),
+                (
+                    "bytes",
+                    models.PositiveBigIntegerField(help_text="the tensor's bytes in the update as sent"),
+                ),
+                ("dense_bytes", models.PositiveBigIntegerField(help_text="what the dense form takes")),
             ],
             options={
-                'ordering': ['job_id', 'round', 'trainer', 'tensor'],
-                'indexes': [models.Index(fields=['node', 'job_id', 'round'], name='jobs_update_node_c6896c_idx')],
-                'constraints': [models.UniqueConstraint(fields=('node', 'job_id', 'round', 'trainer', 'tensor'), name='jobs_one_encoding')],
+                "ordering": ["job_id", "round", "trainer", "tensor"],
+                "indexes": [
+                    models.Index(fields=["node", "job_id", "round"], name="jobs_update_node_c6896c_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("node", "job_id", "round", "trainer", "tensor"), name="jobs_one_encoding"
+                    )
+                ],
             },
         ),
     ]
