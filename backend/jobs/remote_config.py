@@ -248,6 +248,7 @@ def _check_spec(job, config: JobConfig, now: int | None) -> None:
         ("min_trainers", job.min_trainers, config.min_trainers),
         ("train_period", job.train_period, config.round_timeout_s),
         ("score_period", job.score_period, config.score_timeout_s),
+        ("margin", job.margin, config.margin_bp),
     ]
     for name, on_chain, in_config in pairs:
         _require(

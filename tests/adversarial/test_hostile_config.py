@@ -132,6 +132,8 @@ ATTACKS = {
     ),
     "committee_differs_from_chain": ({}, {"committee_size": 2}, "committee_size 1 where the on-chain"),
     "periods_differ_from_chain": ({}, {"train_period": 30}, "train_period 600 where the on-chain"),
+    # a margin the committee members would not apply (the contract accepts by its own margin)
+    "margin_differs_from_chain": ({}, {"margin": 500}, "margin 0 where the on-chain job spec says 500"),
     # attack class: type confusion in options a factory receives as keyword arguments
     "nested_option": (
         {"model_options": {"hidden": {"$ref": "x"}}},
