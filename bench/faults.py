@@ -27,8 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "faults"))
 
-import django  # noqa: E402
-
 from backend.localnet import LocalFederation, NodeSpec  # noqa: E402
 
 
@@ -46,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outage-s", type=float, default=10.0)
     args = parser.parse_args(argv)
 
-    import os
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django_settings")
-    django.setup()
+    # Outside Django, as an operator: node processes get their own settings (NodeProcess).
     from faultnet import ProxiedFederation, duplicates
     from scenarios import ROUNDS, run_kill_a_trainer, run_rpc_outage
 
