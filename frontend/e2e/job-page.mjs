@@ -34,6 +34,8 @@ const routes = {
   'GET /api/dashboard/join-candidates': () => candidates,
   'GET /api/dashboard/granted-datasets': () => grantedToMe,
   'GET /api/dashboard/models': () => models,
+  // the health banner's poll
+  'GET /api/node': () => ({ address: candidates.address, name: 'org-a', chain: { available: true } }),
   'GET /api/peers': () => [{ address: '0xb0b0000000000000000000000000000000000002', name: 'org-b', endpoint: 'http://127.0.0.1:8102', healthy: true, last_seen: new Date().toISOString() }],
   'GET /api/models': () => ({ count: models.length, results: models }),
   'POST /api/models/3/predict': () => prediction,

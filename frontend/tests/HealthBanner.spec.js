@@ -8,6 +8,7 @@ vi.mock('../src/lib/api.js', async (importOriginal) => {
 })
 
 import HealthBanner from '../src/components/common/HealthBanner.vue'
+import { clearSession, setSession } from '../src/lib/session.js'
 import { api, ApiError } from '../src/lib/api.js'
 
 const healthy = { chain: { available: true } }
@@ -15,6 +16,7 @@ const healthy = { chain: { available: true } }
 describe('HealthBanner', () => {
   beforeEach(() => {
     vi.clearAllMocks()
+    setSession('token', { username: 'op', role: 'operator' })
     api.node.mockResolvedValue(healthy)
     api.peers.mockResolvedValue([{ name: 'org-b', address: '0xb', healthy: true }])
   })
@@ -23,6 +25,14 @@ describe('HealthBanner', () => {
     const wrapper = mount(HealthBanner, { props: { intervalMs: 20 } })
     await settle()
     expect(wrapper.find('[data-test=health-banner]').exists()).toBe(false)
+    wrapper.unmount()
+  })
+
+  it('asks nothing while signed out (the sign-in redirect is under way)', async () => {
+    clearSession()
+    const wrapper = mount(HealthBanner, { props: { intervalMs: 20 } })
+    await settle()
+    expect(api.node).not.toHaveBeenCalled()
     wrapper.unmount()
   })
 
