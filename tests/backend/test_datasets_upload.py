@@ -144,7 +144,9 @@ def test_over_size_upload_is_400_and_never_hits_the_disk(provider, settings, lim
 
 def test_failed_chain_registration_unpins_the_stored_blob(provider, monkeypatch):
     def reverted(**_kwargs):
-        raise type("LedgerError", (Exception,), {})("DataRegistry reverted: NotMember")
+        from backend.ledger.errors import LedgerError
+
+        raise LedgerError("DataRegistry reverted: NotMember")
 
     monkeypatch.setattr(chain, "register_dataset", reverted)
     response = provider.post("/api/datasets", form(good_npz(), "npz"))
