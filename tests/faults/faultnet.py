@@ -29,7 +29,9 @@ ARTIFACTS = Path(REPO_ROOT) / "contracts" / "artifacts"
 # Calls a round needs at most once per (sender, job, round): sending one twice is a duplicate.
 ONCE_PER_ROUND = {
     "submitUpdate",
-    "submitScores",
+    "commitScores",
+    "revealScores",
+    "skipAggregation",
     "finalizeRound",
     "proposeGlobalModel",
     "confirmGlobalModel",
@@ -89,8 +91,7 @@ class SentCall:
     job: int | None
     round: int | None
     status: int  # 1 succeeded, 0 reverted
-    # What the call is about beyond its round: the trainers a submitScores scores (a member
-    # scores updates as they arrive, so one round may take several submitScores, each new).
+    # What the call is about beyond its round (spendPrivacy: its amount).
     subject: tuple = ()
 
 
@@ -136,15 +137,12 @@ def sent_transactions(federation: LocalFederation) -> list[SentCall]:
 
 
 def duplicates(calls: list[SentCall]) -> dict[tuple, int]:
-    """(sender, function, job, round, ...) sent more than once, among the once-per-round calls;
-    for submitScores, any trainer scored twice by one member in one round; for spendPrivacy, the
-    same release (amount) recorded twice."""
+    """(sender, function, job, round, ...) sent more than once, among the once-per-round calls
+    (a member commits and reveals its scores once a round); for spendPrivacy, the same release
+    (amount) recorded twice."""
     counts: Counter = Counter()
     for c in calls:
-        if c.function == "submitScores":
-            for trainer in c.subject:
-                counts[(c.sender, c.function, c.job, c.round, trainer)] += 1
-        elif c.function in ONCE_PER_ROUND:
+        if c.function in ONCE_PER_ROUND:
             counts[(c.sender, c.function, c.job, c.round)] += 1
         elif c.function in SAME_ARGUMENTS_ONCE:
             counts[(c.sender, c.function, c.job, c.round, *c.subject)] += 1
