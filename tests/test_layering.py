@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # What code outside backend/swarm may import from it: the store's public API, its errors, the
 # factory that builds it, and the pure placement maths (a node's overlay address).
 SWARM_PUBLIC = {"backend.swarm", "backend.swarm.api", "backend.swarm.errors", "backend.swarm.factory"}
-SWARM_PUBLIC |= {"backend.swarm.placement", "backend.swarm.reference"}
+SWARM_PUBLIC |= {"backend.swarm.placement", "backend.swarm.reference", "backend.swarm.repair_schedule"}
 CHAIN_LIBRARIES = ("web3", "eth_tester")
 
 

@@ -58,6 +58,7 @@ def spec_of(config: JobConfig, **changes) -> SimpleNamespace:
         join_deadline=NOW - 10 + config.join_timeout_s,
         train_period=config.round_timeout_s,
         score_period=config.score_timeout_s,
+        margin=config.margin_bp,
     )
     if hasattr(chain, "planned_spend_bound"):
         job["max_spend_per_round"] = chain.planned_spend_bound(config)

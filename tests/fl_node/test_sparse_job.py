@@ -165,6 +165,7 @@ def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined(
             join_deadline=0,
             train_period=300,
             score_period=120,
+            margin=job_config.margin_bp,
             max_spend_per_round=chain.planned_spend_bound(job_config),
         )
         check_remote_config(spec, job_config, limits=limits, schema=None, now=None)
