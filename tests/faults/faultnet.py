@@ -19,11 +19,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from web3 import HTTPProvider, Web3
 
 from backend.ledger.abi import EventDecoder
 from backend.localnet import LocalFederation, LocalNode
 from backend.nodes.process import REPO_ROOT
+
+# The marks of a test that runs a job on real node processes with a fault injected: minutes on a
+# quiet machine, far more on a loaded one (the default 900 s was passed in node start-up alone
+# under load 20).
+REAL_PROCESS_FAULT_MARKS = [
+    pytest.mark.e2e,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("faults"),
+    pytest.mark.timeout(3600),
+]
 
 ARTIFACTS = Path(REPO_ROOT) / "contracts" / "artifacts"
 # Calls a round needs at most once per (sender, job, round): sending one twice is a duplicate.

@@ -8,20 +8,12 @@ any once-per-round call twice (counted over every transaction on chain, reverted
 from __future__ import annotations
 
 import pytest
-from faultnet import ProxiedFederation
+from faultnet import REAL_PROCESS_FAULT_MARKS, ProxiedFederation
 from scenarios import ROUNDS, run_rpc_outage
 
 from backend.localnet import NodeSpec
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("faults"),
-    # Three node processes started, a job run with a fault: minutes on a quiet machine, far
-    # more on a loaded one (the default 900 s was passed in node start-up alone under load 20).
-    pytest.mark.timeout(3600),
-]
+pytestmark = REAL_PROCESS_FAULT_MARKS
 
 
 @pytest.fixture(scope="module")

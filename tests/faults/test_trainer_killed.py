@@ -12,20 +12,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from faultnet import duplicates
+from faultnet import REAL_PROCESS_FAULT_MARKS, duplicates
 from scenarios import ROUNDS, run_kill_a_trainer
 
 from backend.localnet import LocalFederation, NodeSpec
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.integration,
-    pytest.mark.slow,
-    pytest.mark.xdist_group("faults"),
-    # Three node processes started, a job run with a fault: minutes on a quiet machine, far
-    # more on a loaded one (the default 900 s was passed in node start-up alone under load 20).
-    pytest.mark.timeout(3600),
-]
+pytestmark = REAL_PROCESS_FAULT_MARKS
 
 
 @pytest.fixture(scope="module")

@@ -164,20 +164,25 @@ def _score_new(
         bound = blobs.update_max_bytes(global_state)
         scratch = workspace.scratch_model(config)
         x_val, y_val = val.tensors()
-    if BASE not in known:
-        # The unchanged global model, scored like an update (a zero one) in the same release:
-        # the contract accepts only updates whose median beats the base median by the margin.
-        zero = {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
+
+    def score(update) -> int:
         with timing.part(timing.SCORE):
-            known[BASE] = score_update_int(
+            return score_update_int(
                 scratch,
                 global_state,
-                zero,
+                update,
                 x_val,
                 y_val,
                 metric=config.score_metric,
                 noise_multiplier=plan.score_noise_multiplier,
             )
+
+    if BASE not in known:
+        # The unchanged global model, scored like an update (a zero one) in the same release:
+        # the contract accepts only updates whose median beats the base median by the margin.
+        known[BASE] = score(
+            {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
+        )
     for update in new:
         key = (update.trainer, update.content_hash)
         try:
@@ -185,16 +190,7 @@ def _score_new(
         except (blobs.BlobMismatch, SwarmError, ValueError):
             known[key] = 0  # unavailable or altered: nobody can aggregate it either
             continue
-        with timing.part(timing.SCORE):
-            known[key] = score_update_int(
-                scratch,
-                global_state,
-                blob,
-                x_val,
-                y_val,
-                metric=config.score_metric,
-                noise_multiplier=plan.score_noise_multiplier,
-            )
+        known[key] = score(blob)
 
 
 def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
