@@ -7,8 +7,19 @@ import json
 
 import pytest
 
-from backend.jobs.config import ConfigError, JobConfig
-from tests.fl_node.test_sparse_job import config
+from backend.jobs.config import ConfigError, DPConfig, JobConfig
+
+
+def config() -> JobConfig:
+    return JobConfig(
+        name="margin",
+        model="mlp",
+        input_shape=(4,),
+        num_classes=2,
+        schema_hash="00",
+        rounds=2,
+        dp=DPConfig("none"),
+    )
 
 
 @pytest.mark.parametrize("margin", ["x", None, -1, 10_001, 10**30, [1]])
