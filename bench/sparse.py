@@ -32,29 +32,53 @@ to dense's), ``dense_model_overhead`` (on a model whose update is dense: a
 The target defaults to dense FedAvg's held-out loss at its last round plus 1%
 (the dense arm must reach its own end point; the hybrid one the same value).
 
-A real local federation (backend.localnet: anvil, three node processes, the REST API,
+A real local federation (devnet.localnet: anvil, three node processes, the REST API,
 the swarm store) then trains the ``text`` classifier (a 20,000-row embedding) on the
 generated ``zipf_text`` corpus, DP-SGD at epsilon 8 as every job that a dataset may join,
 one job per arm on the same datasets and job seed (the DP noise is secret randomness,
 fresh in each run):
 
 * ``hybrid``  -- encoding "auto", the embedding named as the sparse table, and the sound
-  sparse option under DP: the table keeps a public, seeded set of ``--fed-public-rows``
-  rows per round (fl_node.sparse.public_rows), HybridAveraging;
+  sparse option under DP: the table keeps a public set of ``--fed-public-rows`` rows per
+  round (fl_node.sparse.public_rows, rule ``--fed-public-rule``, default ``head``: the most
+  frequent rows of the frequency-sorted vocabulary, every round; ``rotate``: half of them
+  plus a seeded draw of the rest), and only those rows train: each example's gradient is
+  projected onto them before clipping and the noise is drawn for them only (every row that
+  moves is noised; the same noise multiplier, sampling rate and steps, so the same epsilon),
+  HybridAveraging;
 * ``dense``   -- FedAvg, every tensor dense (every noised row);
 * ``delta``   -- every tensor of 2+ dims as a delta array of the rows it changed: under
   DP-SGD that is every noised row, so it costs a row id per row more than dense.
 
-Per round: the bytes of the updates stored in the swarm (blob sizes), the measured wall
-time from the job's start until the first node began serving the round's fixed model (its
-register action, Unix time; a polled view as fallback), and that model's
-loss on a test split no node holds. ``fed_*`` figures: as above, with the target the
-dense arm's final test loss plus 1%.
+The corpus: 20,000 Zipf-ranked tokens (token id = frequency rank), each class's 25 words
+planted three times in each of its sequences. Its class words are drawn from ranks
+``--fed-indicative`` (default 200-1000: past the most frequent 1% of the vocabulary, the
+function words, and within its most frequent 5%: in real text the words that tell classes
+apart are mostly frequent content words; the generator's own default draws them uniformly
+from all 19,800 tail ranks, where a word of rank 19,000 is planted as often as one of rank
+300, which natural text does not do). The same data serves all three arms. How much the
+hybrid depends on it: with class words at ranks 200-2000 (28% of them outside the 1,500 public
+rows), the in-process equivalent of this run (3 nodes, 3,000 samples, 4 rounds) ended hybrid
+0.993 vs dense 0.810; with 200-1000, hybrid 0.738 vs dense 0.880 (fl_node.local_round and
+FedAvg / HybridAveraging over the three nodes' updates, every update averaged).
 
-Run from the repository root: ``.venv/bin/python bench/sparse.py`` (about
-13 minutes on the shared 2-core machine at load 10; most of it is full-softmax
-evaluation over 50,000 tokens); ``--big`` for a larger run (64-dim embeddings, more
-rounds, more data); ``--no-federation`` / ``--federation-only`` run one section. Writes
+Per round: the bytes of the updates stored in the swarm (blob sizes), the measured wall
+time from the job's start until the round's model was fixed on chain (the timestamp of its
+GlobalModelFixed block, whole seconds of this machine's clock), that model's loss on a
+test split no node holds, and where the first node's round time went (its actions' timed
+parts, backend.jobs.driver.timing: train, score, swarm, chain, ...). ``fed_*`` figures: as
+above, with the target the dense arm's final test loss plus 1% (the same definition for
+every arm).
+
+Run from the repository root: ``.venv/bin/python bench/sparse.py`` (the simulation about
+13 minutes on the shared 2-core machine at load 10, most of it full-softmax evaluation over
+50,000 tokens; 30 minutes for ``--rounds 8`` at load 17-21; the federation about 9 minutes at
+its defaults, 8 rounds of 6,000 samples, at load 5-8, most of it the dense and delta arms' DP-SGD
+over the whole table; ``--fed-rounds 4 --fed-samples 3000`` takes 4, for development only: its
+losses stay near chance, 1.34-1.35 in every arm); ``--big`` for a larger run (64-dim embeddings, more
+rounds, more data); ``--no-federation`` / ``--federation-only`` run one section, ``--raw
+FILE`` keeps a run's rounds and ``--combine FILE FILE`` plots and prints two sections run
+apart (on a loaded machine they need not share one long run). Writes
 ``bench/out/sparse.png`` (loss against bytes and against time, one row of plots per
 section). The last printed line is one JSON object.
 """
@@ -226,15 +250,20 @@ FED_TABLE = "embedding.weight"
 FED_NODES = 3
 
 
-def federation_arms(public_rows: int) -> dict[str, dict]:
+def federation_arms(public_rows: int, public_rule: str = "head") -> dict[str, dict]:
     """Job settings per arm; everything else (data, seeds, DP, rounds) is the same."""
     table = [FED_TABLE]
     return {
-        # The sound sparse option under DP: the table keeps a public, seeded set of rows per round.
+        # The sound sparse option under DP: the table keeps a public set of rows per round.
         "hybrid": {
             "strategy": "hybrid",
             "strategy_params": {"sparse_names": table},
-            "sparse": {"encoding": "auto", "tables": table, "public_rows": public_rows},
+            "sparse": {
+                "encoding": "auto",
+                "tables": table,
+                "public_rows": public_rows,
+                "public_rule": public_rule,
+            },
         },
         "dense": {"strategy": "fedavg", "sparse": {"encoding": "dense"}},
         # Every 2+-dim tensor as a delta array of the rows it changed: under DP, every noised row.
@@ -247,21 +276,25 @@ def federation_arms(public_rows: int) -> dict[str, dict]:
 
 
 def run_federation(args: argparse.Namespace) -> dict[str, dict]:
-    """Three node processes (backend.localnet), one job per arm on the same datasets, one after another.
+    """Three node processes (devnet.localnet), one job per arm on the same datasets, one after another.
 
     Per round: the bytes of the updates stored in the swarm (their blobs' sizes), the wall time
-    from the job's start until the first node began serving the round's fixed model, and
+    from the job's start until the round's model was fixed on chain (its block's timestamp), and
     the loss of that model on a held-out test split no node holds.
     """
     import tempfile
 
-    from backend.localnet import LocalFederation, NodeSpec
+    from devnet.localnet import LocalFederation, NodeSpec
     from fl_node.codec import decode_model
     from fl_node.data import load_dataset
     from fl_node.partition import partition
 
     corpus = load_dataset(
-        "zipf_text", seed=args.seed, num_samples=args.fed_samples, vocab_size=args.fed_vocab
+        "zipf_text",
+        seed=args.seed,
+        num_samples=args.fed_samples,
+        vocab_size=args.fed_vocab,
+        indicative_ranks=tuple(args.fed_indicative),
     )
     parts = partition(corpus.train.y, FED_NODES, "iid", seed=args.seed)
     test_x, test_y = corpus.test.tensors()
@@ -289,7 +322,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
                 for node, p in zip(fed.nodes, parts, strict=True)
             ]
             first = fed.nodes[0]
-            for arm, settings in federation_arms(args.fed_public_rows).items():
+            for arm, settings in federation_arms(args.fed_public_rows, args.fed_public_rule).items():
                 payload = {
                     "name": f"bench-sparse-{arm}",
                     "model": "text",
@@ -335,6 +368,7 @@ def run_federation(args: argparse.Namespace) -> dict[str, dict]:
                     fed.rounds(first, job["id"]),
                     fixed_at,
                     started_unix,
+                    fed.anvil.url,
                     net,
                     test_x,
                     test_y,
@@ -355,6 +389,7 @@ def _federation_rounds(
     rounds: list[dict],
     fixed_at: dict,
     started_unix: float,
+    chain_url: str,
     net,
     test_x,
     test_y,
@@ -382,12 +417,17 @@ def _federation_rounds(
                 "loss": evaluate(net, test_x, test_y)["loss"],
                 "update_bytes": sum(sizes),
                 "updates": len(sizes),
-                # When the node began serving the round's fixed model (its own register action's start,
-                # Unix time): the polled view is only as fine as one read of the rounds API.
-                "elapsed": _registered(r, started_unix) or fixed_at.get(number),
+                # When the round's model was fixed: the timestamp of its GlobalModelFixed block (anvil
+                # mines each transaction at once, on this machine's clock, in whole seconds); else when
+                # the node began serving it (its register action, which a busy agent may run late), else
+                # when a poll of the rounds API first saw it.
+                "elapsed": _fixed_on_chain(r, chain_url, started_unix)
+                or _registered(r, started_unix)
+                or fixed_at.get(number),
                 "encodings": {
                     name: entry for name, entry in (r.get("encodings") or {}).items() if name == FED_TABLE
                 },
+                "parts": _round_parts(r),
             }
         )
     # Seconds of each round, as the plot's cumulative axis expects.
@@ -396,6 +436,32 @@ def _federation_rounds(
         entry["seconds"] = (entry["elapsed"] or previous) - previous
         previous = entry["elapsed"] or previous
     return {"rounds": out}
+
+
+def _round_parts(round_: dict) -> dict[str, float]:
+    """Seconds of this node's actions in the round, per timed part (train, score, swarm, chain, ...)."""
+    parts: dict[str, float] = {}
+    for action in (round_.get("timings") or {}).values():
+        timed = action.get("parts") or {}
+        for name, seconds in timed.items():
+            parts[name] = parts.get(name, 0.0) + float(seconds)
+        other = float(action.get("seconds") or 0.0) - sum(float(v) for v in timed.values())
+        parts["other"] = parts.get("other", 0.0) + max(other, 0.0)
+    return parts
+
+
+def _fixed_on_chain(round_: dict, chain_url: str, started_unix: float) -> float | None:
+    import requests
+
+    blocks = [t["block"] for t in round_.get("transactions") or [] if t.get("name") == "GlobalModelFixed"]
+    if not blocks:
+        return None
+    reply = requests.post(
+        chain_url,
+        json={"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [hex(blocks[0]), False]},
+        timeout=30,
+    ).json()
+    return int(reply["result"]["timestamp"], 16) - started_unix
 
 
 def _registered(round_: dict, started_unix: float) -> float | None:
@@ -432,11 +498,21 @@ def federation_figures(results: dict[str, dict], args: argparse.Namespace) -> di
         "fed_round_seconds": {
             a: round(float(np.mean([r["seconds"] for r in res["rounds"]])), 1) for a, res in results.items()
         },
+        "fed_round_parts_s": {
+            a: {
+                name: round(float(np.mean([r.get("parts", {}).get(name, 0.0) for r in res["rounds"]])), 2)
+                for name in sorted({n for r in res["rounds"] for n in r.get("parts", {})})
+            }
+            for a, res in results.items()
+        },
         "fed_hybrid_encodings_last_round": results["hybrid"]["rounds"][-1]["encodings"],
         "fed_nodes": FED_NODES,
         "fed_vocab": args.fed_vocab,
         "fed_rounds": args.fed_rounds,
         "fed_public_rows": args.fed_public_rows,
+        "fed_public_rule": args.fed_public_rule,
+        "fed_indicative_ranks": list(args.fed_indicative),
+        "fed_samples": args.fed_samples,
         "fed_epsilon": args.fed_epsilon,
         "fed_lr": args.fed_lr,
         "fed_local_epochs": args.fed_epochs,
@@ -498,18 +574,33 @@ def main() -> None:
     section = parser.add_mutually_exclusive_group()
     section.add_argument("--no-federation", action="store_true", help="the simulation only")
     section.add_argument("--federation-only", action="store_true", help="the real 3-node federation only")
-    parser.add_argument("--fed-rounds", type=int, default=4)
+    parser.add_argument("--fed-rounds", type=int, default=8)
     parser.add_argument("--fed-vocab", type=int, default=20_000)
     parser.add_argument("--fed-dim", type=int, default=16)
-    parser.add_argument("--fed-samples", type=int, default=3000, help="records of the generated corpus")
+    parser.add_argument("--fed-samples", type=int, default=6000, help="records of the generated corpus")
     parser.add_argument(
-        "--fed-public-rows", type=int, default=2000, help="hybrid: public rows kept per round"
+        "--fed-public-rows", type=int, default=1500, help="hybrid: public rows kept per round"
     )
+    parser.add_argument(
+        "--fed-public-rule", choices=("head", "rotate"), default="head", help="hybrid: which public rows"
+    )
+    parser.add_argument(
+        "--fed-indicative", type=int, nargs=2, default=(200, 1000), metavar=("FIRST", "END"),
+        help="the frequency ranks the corpus's class words are drawn from (same data for every arm)",
+    )  # fmt: skip
     parser.add_argument("--fed-epsilon", type=float, default=8.0)
     parser.add_argument("--fed-lr", type=float, default=2.0)
     parser.add_argument("--fed-epochs", type=int, default=2, help="local epochs a round")
     parser.add_argument("--fed-target", type=float, default=None, help="test loss target (default: see doc)")
+    parser.add_argument("--raw", type=Path, default=None, help="also write the per-round results here (JSON)")
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", default=None,
+        help="plot and print the figures of runs saved with --raw (e.g. the two sections run apart)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.combine:
+        combine(args.combine, args.out)
+        return
     torch.set_num_threads(args.threads)
     args.dim = 64 if args.big else 32
     args.rounds = args.rounds or (30 if args.big else 15)
@@ -531,6 +622,23 @@ def main() -> None:
         _print_federation(federation, figures)
     plot(results, args.out, federation)
     print(f"plot: {args.out}")
+    if args.raw:
+        args.raw.parent.mkdir(parents=True, exist_ok=True)
+        args.raw.write_text(json.dumps({"simulation": results, "federation": federation, "figures": figures}))
+    print(json.dumps(figures, sort_keys=True))
+
+
+def combine(paths: list[Path], out: Path) -> None:
+    """One plot and one JSON line from runs saved with ``--raw`` (a later file's section wins)."""
+    results = federation = None
+    figures: dict = {}
+    for path in paths:
+        saved = json.loads(path.read_text())
+        results = saved["simulation"] or results
+        federation = saved["federation"] or federation
+        figures |= saved["figures"]
+    plot(results, out, federation)
+    print(f"plot: {out}")
     print(json.dumps(figures, sort_keys=True))
 
 

@@ -12,6 +12,10 @@ A spec is ``NAME:FRACTION`` (``label_flip:0.2``): that fraction of the nodes att
   content hash, visible in the round's event before the deadline) to ride free.
 * ``inflate`` -- trains on flipped labels and claims a huge sample count, so that a
   sample-weighted average would be its model alone.
+* ``absent`` -- not an attack but its reference: the same nodes an attack at that fraction
+  would pick (same seed) take no part at all (no training, no seat), so the federation is the
+  honest nodes alone. An attack's damage is what it costs below this: the data the attackers
+  withhold is lost whatever the defense does.
 * ``backdoor`` -- targeted poisoning (Bagdasaryan et al. 2020, "How To Backdoor Federated
   Learning"; Gu et al. 2017, "BadNets"): half of its examples carry a trigger patch and
   the label :data:`BACKDOOR_TARGET`; the model stays accurate on clean inputs, so an
@@ -43,6 +47,7 @@ class Attack:
     # Knows the job's norm bound: scales what it sends to just under it (the most weight the bound
     # lets it have; Bagdasaryan et al.'s "constrain-and-scale"). Applied by the caller, who knows the bound.
     boosts: bool = False
+    absent: bool = False  # takes no part in the job (the honest-only reference)
 
 
 _ATTACKS: dict[str, Attack] = {}
@@ -125,6 +130,7 @@ register_attack(Attack("free_rider", poison_update=_zero, trains=False))
 register_attack(Attack("copy", trains=False, copies=True))
 register_attack(Attack("inflate", poison_data=_flip_labels, claimed_samples=INFLATED_SAMPLES))
 register_attack(Attack("backdoor", poison_data=_backdoor, boosts=True))
+register_attack(Attack("absent", trains=False, absent=True))
 
 
 BOUND_SHARE = 0.999  # of the norm bound a boosting attacker scales to: inside it after rounding

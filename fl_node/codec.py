@@ -90,6 +90,16 @@ class SparseRows:
         return self.indices.numel() / self.shape[0] if self.shape[0] else 0.0
 
 
+class OwnedBuffer(bytearray):
+    """Bytes handed over to :func:`decode_update`: its tensors are backed by this buffer, not a copy.
+
+    A reader that filled a fresh buffer nobody else holds (a large blob read from the swarm,
+    decrypted in place) passes it as an ``OwnedBuffer`` so that an update of hundreds of MB is in
+    memory once; the caller must not use the buffer after decoding it (the tensors may be updated
+    in place). Any other bytes are copied, as before.
+    """
+
+
 UpdateValue = Tensor | SparseRows
 Update = Mapping[str, UpdateValue]
 Spec = Mapping[str, Sequence[int]]
@@ -203,7 +213,7 @@ def _save(tensors: dict[str, Tensor], header: dict) -> bytes:
     entries: dict[str, object] = {
         "__metadata__": {_METADATA_KEY: json.dumps(header, sort_keys=True, separators=(",", ":"))}
     }
-    parts: list[object] = []
+    parts: list[memoryview] = []
     offset = 0
     for key, tensor in ordered:
         tensor = tensor.detach().cpu().contiguous()
@@ -214,7 +224,7 @@ def _save(tensors: dict[str, Tensor], header: dict) -> bytes:
             "data_offsets": [offset, offset + size],
         }
         if size:
-            parts.append(tensor.numpy())  # a view: bytes.join copies it once, into the result
+            parts.append(tensor.numpy().data)  # a view: bytes.join copies it once, into the result
         offset += size
     text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     text += b" " * (-len(text) % 8)
@@ -246,12 +256,12 @@ def encode_update(
         _check_name(name)
         value = update[name]
         if isinstance(value, SparseRows):
-            sparse = _canonical_sparse(name, value)
-            shape, rows = sparse.shape, sparse.indices
+            value = _canonical_sparse(name, value)
+            shape, rows = value.shape, value.indices
         elif isinstance(value, Tensor):
             if value.dtype != torch.float32:
                 raise CodecError(f"tensor {name!r} has dtype {value.dtype}, expected torch.float32")
-            sparse, shape = None, tuple(value.shape)
+            shape = tuple(value.shape)
             if value.dim() >= 2:
                 extremes = _row_extremes(value)
                 if not _extremes_are_finite(extremes):
@@ -262,19 +272,21 @@ def encode_update(
                 rows = None
         else:
             raise CodecError(f"value of {name!r} is {type(value).__name__}, not a tensor or SparseRows")
-        form = pinned.get(name)
-        if form == "sparse_rows" and rows is None:
+        pinned_form = pinned.get(name)
+        if pinned_form == "sparse_rows" and rows is None:
             raise CodecError(f"tensor {name!r} has shape {list(shape)}: sparse rows need 2 or more dims")
-        if form is None:
+        if pinned_form is None:
             sparse_form = allow_sparse and rows is not None and sparse_is_smaller(rows.numel(), shape)
         else:
-            sparse_form = form == "sparse_rows"
-        if sparse_form:
+            sparse_form = pinned_form == "sparse_rows"
+        if sparse_form and rows is not None:  # rows is never None here (checked above)
             tensors[name + _INDICES_SUFFIX] = rows
-            tensors[name + _ROWS_SUFFIX] = sparse.values if sparse else value.index_select(0, rows)
+            tensors[name + _ROWS_SUFFIX] = (
+                value.values if isinstance(value, SparseRows) else value.index_select(0, rows)
+            )
             entries[name] = {"encoding": "sparse_rows", "shape": list(shape)}
         else:
-            tensors[name] = sparse.densify() if sparse else value
+            tensors[name] = densify(value)
             entries[name] = {"encoding": "dense", "shape": list(shape)}
     return _save(tensors, {"format": FORMAT, "kind": "update", "tensors": entries})
 
@@ -302,8 +314,11 @@ def encode_model(state: Mapping[str, Tensor], server_state: Mapping[str, Tensor]
 # ---------------------------------------------------------------- decoding
 
 
-def _read_container(data: bytes) -> tuple[dict, dict[str, Tensor]]:
-    """Parse safetensors bytes strictly; return (our metadata, tensors backed by one writable copy)."""
+def _read_container(data: bytes, *, take: bool = False) -> tuple[dict, dict[str, Tensor]]:
+    """Parse safetensors bytes strictly; return (our metadata, tensors backed by one writable copy).
+
+    ``take`` (an :class:`OwnedBuffer` only): the tensors are backed by ``data`` itself, no copy.
+    """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise CodecError(f"expected bytes, got {type(data).__name__}")
     view = memoryview(data).cast("B")
@@ -361,7 +376,11 @@ def _read_container(data: bytes) -> tuple[dict, dict[str, Tensor]]:
             f"blob is truncated or padded: tensors need {position} data bytes, blob has {len(body)}"
         )
 
-    buffer = bytearray(body)  # one writable copy: decoded tensors may be updated in place
+    buffer: bytearray
+    if take and isinstance(data, OwnedBuffer):  # handed over: no second copy of a huge update
+        buffer, base = data, 8 + header_len
+    else:
+        buffer, base = bytearray(body), 0  # one writable copy: decoded tensors may be updated in place
     tensors: dict[str, Tensor] = {}
     for begin, end, key, dtype, shape in layout:
         torch_dtype = _DTYPES[dtype]
@@ -369,9 +388,9 @@ def _read_container(data: bytes) -> tuple[dict, dict[str, Tensor]]:
             tensors[key] = torch.empty(shape, dtype=torch_dtype)
         else:
             count = (end - begin) // _ITEMSIZE[dtype]
-            tensors[key] = torch.frombuffer(buffer, dtype=torch_dtype, count=count, offset=begin).reshape(
-                shape
-            )
+            tensors[key] = torch.frombuffer(
+                buffer, dtype=torch_dtype, count=count, offset=base + begin
+            ).reshape(shape)
     return meta, tensors
 
 
@@ -435,9 +454,10 @@ def check_update(update: Update, expected: Spec | None = None) -> None:
 def decode_update(data: bytes, expected: Spec | None = None) -> dict[str, UpdateValue]:
     """Decode and validate update bytes; ``expected`` ({name: shape}) pins the exact names and shapes.
 
-    Dense tensors come back as float32 tensors, sparse ones as :class:`SparseRows`.
+    Dense tensors come back as float32 tensors, sparse ones as :class:`SparseRows`. An
+    :class:`OwnedBuffer` is decoded without a copy: the tensors are views of it.
     """
-    meta, stored = _read_container(data)
+    meta, stored = _read_container(data, take=True)
     if meta.get("kind") != "update":
         raise CodecError(f"blob is a {meta.get('kind')!r}, not an update")
     entries = meta.get("tensors")

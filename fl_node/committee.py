@@ -11,8 +11,11 @@ only and every tie is broken the same way:
 * An update's score is the median of the scores that the committee members who
   submitted gave it; for an even count it is the floor of the mean of the two
   middle values. An update nobody scored has median 0.
-* Ranking: higher median first; equal medians are ordered by the trainer's
-  address as a 160-bit number, smaller first.
+* Ranking: higher median first; equal medians are ordered by
+  ``keccak256(abi.encode(tie_seed, trainer))``, smaller first. The contract draws
+  ``tie_seed`` from the block that finalizes the round (``RoundFinalized.tieSeed``),
+  after every update was sent, so no trainer can grind an address that wins ties
+  (a lowest-address rule would reward exactly that).
 * Accepted: the first ``top_k`` ranked updates whose median beats the base
   model's by more than the job's margin: ``median > base + margin``, where
   ``base`` is the median of the committee's scores of the unchanged global model
@@ -42,18 +45,20 @@ def score_to_int(accuracy: float) -> int:
 
 
 def median_score(scores: Sequence[int]) -> int:
-    """Integer median: floor of the mean of the middle pair for even counts."""
+    """The middle score, or the LOWER of the middle pair for even counts (as CommitteeRule.sol):
+    an update passes only when more than half of the present scores put it above the threshold, so
+    one colluder cannot carry it when an honest seat is silent (a mean would halve its 10000)."""
     if not scores:
         return 0
     ordered = sorted(scores)
-    n = len(ordered)
-    if n % 2:
-        return ordered[n // 2]
-    return (ordered[n // 2 - 1] + ordered[n // 2]) // 2
+    return ordered[(len(ordered) - 1) // 2]
 
 
-def _address_key(address: str) -> int:
-    return int(address, 16)
+def _tie_key(tie_seed: bytes, address: str) -> bytes:
+    """keccak256(abi.encode(bytes32 tie_seed, address trainer)), as CommitteeRule computes it."""
+    from eth_utils import keccak  # the one keccak this package needs; eth-utils comes with web3
+
+    return keccak(tie_seed + bytes(12) + int(address, 16).to_bytes(20, "big"))
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,18 @@ def decide_round(
     current_committee: Sequence[str] = (),
     base_scores: Mapping[str, int] | None = None,
     margin: int = 0,
+    tie_seed: bytes = bytes(32),
 ) -> RoundOutcome:
     """Apply the committee rule to one round.
 
     ``trainers`` are the addresses that submitted an update (hex strings);
     ``scores[member][trainer]`` is the score that committee member gave the
     trainer's update (members who did not submit are simply absent);
-    ``base_scores[member]`` is the score that member gave the unchanged global model.
+    ``base_scores[member]`` is the score that member gave the unchanged global model;
+    ``tie_seed`` (32 bytes) orders equal medians (the chain's is in RoundFinalized).
     """
+    if len(tie_seed) != 32:
+        raise ValueError("tie_seed must be 32 bytes")
     if top_k < 1:
         raise ValueError("top_k must be at least 1")
     if committee_size < 1:
@@ -101,7 +110,7 @@ def decide_round(
         trainer: median_score([member[trainer] for member in scores.values() if trainer in member])
         for trainer in trainers
     }
-    ranking = sorted(trainers, key=lambda t: (-medians[t], _address_key(t)))
+    ranking = sorted(trainers, key=lambda t: (-medians[t], _tie_key(tie_seed, t)))
     base = median_score(list((base_scores or {}).values()))
     accepted = [t for t in ranking if medians[t] > base + margin][:top_k]
     next_committee = ranking[:committee_size]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import torch
@@ -54,6 +55,14 @@ class ArrayDataset:
         return TensorDataset(*self.tensors())
 
 
+class ModelKwargs(TypedDict):
+    """What ``models.create_model`` needs to know of the data."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    vocab_size: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class DatasetSplits:
     """Train / validation / test parts of one dataset plus what a model needs to know."""
@@ -66,9 +75,9 @@ class DatasetSplits:
     input_shape: tuple[int, ...]
     vocab_size: int | None = None
 
-    def model_kwargs(self) -> dict[str, object]:
+    def model_kwargs(self) -> ModelKwargs:
         """Keyword arguments for ``models.create_model`` that describe this data."""
-        kwargs: dict[str, object] = {"input_shape": self.input_shape, "num_classes": self.num_classes}
+        kwargs: ModelKwargs = {"input_shape": self.input_shape, "num_classes": self.num_classes}
         if self.vocab_size is not None:
             kwargs["vocab_size"] = self.vocab_size
         return kwargs
@@ -205,24 +214,33 @@ def load_zipf_text(
     exponent: float = 1.1,
     test_fraction: float = 0.2,
     val_fraction: float = 0.1,
+    indicative_ranks: tuple[int, int] | None = None,
 ) -> DatasetSplits:
     """Sequences of Zipf-distributed token ids; each plants a few tokens of its class.
 
     Token 0 is reserved for padding and never drawn. Indicative tokens come from
     ranks beyond the most frequent 1% so background text rarely contains them by
     chance, yet each appears often enough across the corpus to be learned.
+    ``indicative_ranks`` = (first, end) draws them from those ranks only (a vocabulary whose
+    topical words are mid-frequency ones, e.g. inside a job's public rows); default: any rank
+    beyond the first 1%.
     """
     if planted_per_sequence > seq_len:
         raise ValueError(f"planted_per_sequence ({planted_per_sequence}) exceeds seq_len ({seq_len})")
     needed = num_classes * indicative_per_class
     if vocab_size < 100 + needed:
         raise ValueError(f"vocab_size {vocab_size} too small for {needed} indicative tokens")
+    start = max(vocab_size // 100, 1)
+    first, end = indicative_ranks if indicative_ranks is not None else (start, vocab_size - 1)
+    if not 1 <= first < end <= vocab_size - 1 or end - first < needed:
+        raise ValueError(
+            f"indicative_ranks {indicative_ranks} must hold {needed} ranks within [1, {vocab_size - 1}]"
+        )
     rng = np.random.default_rng(seed)
     background = 1 + rng.choice(
         vocab_size - 1, size=(num_samples, seq_len), p=zipf_probabilities(vocab_size - 1, exponent)
     )
-    start = max(vocab_size // 100, 1)
-    indicative = 1 + start + rng.permutation(vocab_size - 1 - start)[:needed].reshape(num_classes, -1)
+    indicative = 1 + first + rng.permutation(end - first)[:needed].reshape(num_classes, -1)
     labels = rng.integers(0, num_classes, size=num_samples)
     positions = np.argsort(rng.random((num_samples, seq_len)), axis=1)[:, :planted_per_sequence]
     planted = indicative[

@@ -47,7 +47,7 @@ import torch
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import encode_update
 from fl_node.data import ArrayDataset, DatasetSplits
-from fl_node.normalized_average import WorkUpdate, normalized_average, work_norm
+from fl_node.normalized_average import WorkUpdate, capped_lr, normalized_average, work_norm
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy, train_release
@@ -96,6 +96,15 @@ class FederationConfig:
     # The adaptive arm's server step (fl_node.normalized_average): "mean" is FedNova's
     # sum_i p_i a_i; "base" is the work norm of base_steps, the fixed arm's step.
     effective_work: str = "mean"
+    # The adaptive arm's learning-rate cap (fl_node.normalized_average.capped_lr), in units of
+    # base_steps (0: none): a member running more than lr_cap x base_steps trains at a smaller
+    # lr, so its local trajectory is no longer than that work's; the aggregation normalizes by
+    # the capped work norm.
+    lr_cap: int = 0
+
+    @property
+    def cap_steps(self) -> int | None:
+        return self.lr_cap * self.base_steps if self.lr_cap else None
 
     @property
     def max_steps(self) -> int:
@@ -236,22 +245,32 @@ def run_federation(
     accuracies: list[float] = []
     x_test, y_test = splits.test.tensors()
     for round_index in range(config.rounds):
-        updates, steps, compute, busy = [], [], [], []
+        work_updates: list[WorkUpdate] = []  # adaptive (FedNova)
+        weighted_updates: list[WeightedUpdate] = []  # fixed work (FedAvg)
+        steps: list[int] = []
+        compute: list[float] = []
+        busy: list[float] = []
         for i, share in enumerate(shares):
             work = controllers[i].steps if mode == "adaptive" else config.base_steps
             noise = None
-            if plans[i] is not None:
-                release = train_release(plans[i], work)
+            plan = plans[i]
+            if plan is not None:
+                release = train_release(plan, work)
+                if release is None:  # an "sgd" plan charges its training
+                    raise ValueError("a member's privacy plan has no training release")
                 histories[i].record(
                     noise_multiplier=release.noise_multiplier,
                     sample_rate=release.sample_rate,
                     steps=release.steps,
                 )
-                noise = plans[i].sgd_noise_multiplier
+                noise = plan.sgd_noise_multiplier
+            lr = config.lr
+            if mode == "adaptive" and config.cap_steps:
+                lr = capped_lr(config.lr, work, cap_steps=config.cap_steps, momentum=config.momentum)
             train = TrainConfig(
                 batch_size=config.batch_size,
                 local_steps=work,
-                lr=config.lr,
+                lr=lr,
                 momentum=config.momentum,
                 noise_multiplier=noise,
                 delta=config.delta,
@@ -268,21 +287,22 @@ def run_federation(
             steps.append(work)
             if mode == "adaptive":
                 # FedNova: the data weight is the share's size; the work enters as the steps.
-                updates.append(WorkUpdate(result.update, len(share), work, f"member-{i:02d}"))
+                work_updates.append(WorkUpdate(result.update, len(share), work, f"member-{i:02d}"))
             else:
                 weight = processed_samples(work, config.batch_size, max_steps=config.max_steps)
-                updates.append(WeightedUpdate(result.update, weight, f"member-{i:02d}"))
+                weighted_updates.append(WeightedUpdate(result.update, weight, f"member-{i:02d}"))
             controllers[i].observe(steps=work, seconds=seconds, target_seconds=deadline)
         if mode == "adaptive":
             global_state = normalized_average(
                 global_state,
-                updates,
+                work_updates,
                 max_steps=config.max_steps,
                 momentum=config.momentum,
                 tau_eff=_server_step(config),
+                cap_steps=config.cap_steps,
             )
         else:
-            global_state, _ = fedavg.aggregate(global_state, updates)
+            global_state, _ = fedavg.aggregate(global_state, weighted_updates)
         model.load_state_dict(global_state)
         with torch.no_grad():
             accuracies.append(float(evaluate(model, x_test, y_test)["accuracy"]))
@@ -408,11 +428,11 @@ def simulate_node_jobs(
                 continue
             kind, amount = state.phases[state.index]
             if kind == "compute":
-                slot = place(state.job.demand, slots)
-                if slot is None:
+                placed = place(state.job.demand, slots)
+                if placed is None:
                     continue  # queued until a slot frees
-                slot.assign(state.job.name, state.job.demand)
-                state.slot = slot
+                placed.assign(state.job.name, state.job.demand)
+                state.slot = placed
             state.remaining, state.running, state.started = amount, True, True
         for name, slot in zip(names, slots, strict=True):
             peak[name] = max(peak[name], slot.used)

@@ -23,7 +23,7 @@ from fl_node.attacks import Attack
 from fl_node.data import ArrayDataset
 from fl_node.privacy import UpdateGaussianMechanism
 from fl_node.secure_random import NoiseSource, SecureRandom
-from fl_node.sparse import restrict_rows
+from fl_node.sparse import full_update, public_rows_model, restrict_rows
 from fl_node.train import TrainConfig, train_local
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def local_round(
     """One participant's update for one round (see the module docstring).
 
     ``kept_rows``: the public rows each sparse table keeps this round (fl_node.sparse.public_rows):
+    only those rows of a table that is a plain embedding train (DP-SGD noises the rows that move);
     the update is projected onto them before the mechanism and its noise elsewhere zeroed after.
     """
     source = randomness if randomness is not None else SecureRandom()
@@ -59,6 +60,16 @@ def local_round(
         data = attack.poison_data(data, num_classes)
     if attack and not attack.trains:
         update = {k: torch.zeros_like(v) for k, v in global_state.items() if v.is_floating_point()}
+    elif kept_rows and (public := public_rows_model(model, global_state, kept_rows)) is not None:
+        # Only the public rows of each table train (fl_node.sparse: noise on every row that moves).
+        sub, sub_state = public
+        result = train_local(sub, sub_state, data, train_config, randomness=source)
+        update = {
+            k: v
+            for k, v in full_update(result.update, global_state, kept_rows).items()
+            if v.is_floating_point()
+        }
+        model.load_state_dict({k: v + update[k] if k in update else v for k, v in global_state.items()})
     else:
         result = train_local(model, global_state, data, train_config, randomness=source)
         update = {k: v for k, v in result.update.items() if v.is_floating_point()}

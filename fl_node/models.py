@@ -170,7 +170,7 @@ def _image_shape(input_shape: tuple[int, ...]) -> tuple[int, int, int]:
     if len(input_shape) == 2:
         return (1, *input_shape)
     if len(input_shape) == 3:
-        return input_shape  # type: ignore[return-value]
+        return input_shape
     raise ValueError(f"cnn needs an image shape (C, H, W) or (H, W), got {input_shape}")
 
 
@@ -237,6 +237,9 @@ class Scattering2d(nn.Module):
     """
 
     fixed_features = True  # see split_fixed_features
+
+    psi_hat: torch.Tensor  # buffers
+    phi_hat: torch.Tensor
 
     def __init__(self, height: int, width: int, *, scales: int = 2, orientations: int = 8) -> None:
         super().__init__()

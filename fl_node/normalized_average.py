@@ -24,6 +24,14 @@ blow its delta up by a large factor beyond what the job allows (the factor is at
 weight ``p_i`` (the trainer's dataset size, not the samples it processed: FedNova's point is
 that work must not enter the weights).
 
+Learning-rate cap (``cap_steps``): a trainer that runs more steps than the job's nominal
+``cap_steps`` trains at ``lr * a(cap_steps) / a_i`` (:func:`capped_lr`), so no trainer's local
+trajectory is longer than the nominal one's: more steps buy a less noisy estimate of the same
+move rather than a longer drift away from the global model (at lr 0.1, 4x the local work made
+the last rounds swing by 2-3 points even under plain FedAvg). Its delta is then
+``-lr * min(a_i, a(cap_steps)) * mean gradient``, so :func:`nova_weights` normalizes by that
+capped work norm; with every trainer at or above the cap the factors are FedAvg's ``p_i``.
+
 Pure and deterministic: updates are validated and sorted by id as in :mod:`fl_node.aggregate`
 and reduced with its bit-exact :func:`fl_node.aggregate.weighted_sum`; the per-update factors
 are computed in float64.
@@ -81,12 +89,24 @@ def work_norm(steps: int, momentum: float = 0.0) -> float:
     return (steps - rho * (1 - rho**steps) / (1 - rho)) / (1 - rho)
 
 
+def capped_lr(lr: float, steps: int, *, cap_steps: int, momentum: float = 0.0) -> float:
+    """The local learning rate of a trainer running ``steps`` under the cap (see the module doc).
+
+    ``lr`` up to ``cap_steps`` steps, then ``lr * a(cap_steps) / a(steps)``: the trajectory's
+    length (lr times the work norm) never exceeds the nominal work's.
+    """
+    cap = work_norm(cap_steps, momentum)
+    norm = work_norm(steps, momentum)
+    return lr if norm <= cap else lr * (cap / norm)
+
+
 def nova_weights(
     num_samples: Sequence[int],
     steps: Sequence[int],
     *,
     momentum: float = 0.0,
     tau_eff: float | None = None,
+    cap_steps: int | None = None,
 ) -> tuple[list[float], float]:
     """The factors ``tau_eff * p_i / a_i`` applied to each delta, and ``tau_eff``.
 
@@ -95,6 +115,8 @@ def nova_weights(
     the work norm of the job's nominal steps. When every trainer ran the same steps and
     ``tau_eff`` is their norm (or None), the factors are FedAvg's ``p_i`` exactly (as
     :func:`fl_node.aggregate.weighted_mean` computes them), so normalized averaging is FedAvg.
+    ``cap_steps``: the trainers ran under the learning-rate cap (:func:`capped_lr`), so each
+    delta's work norm is ``min(a_i, a(cap_steps))``.
     """
     if tau_eff is not None and not (
         isinstance(tau_eff, int | float) and math.isfinite(tau_eff) and tau_eff > 0
@@ -107,8 +129,11 @@ def nova_weights(
         raise ValueError("sample counts must sum to a positive number")
     p = [n / total for n in num_samples]
     norms = [work_norm(s, momentum) for s in steps]
+    if cap_steps is not None:
+        cap = work_norm(cap_steps, momentum)
+        norms = [min(a, cap) for a in norms]
     mean_work = math.fsum(pi * ai for pi, ai in zip(p, norms, strict=True))
-    if len(set(steps)) == 1 and (tau_eff is None or tau_eff == norms[0]):
+    if len(set(norms)) == 1 and (tau_eff is None or tau_eff == norms[0]):
         return p, norms[0]
     tau_eff = mean_work if tau_eff is None else float(tau_eff)
     return [pi * (tau_eff / ai) for pi, ai in zip(p, norms, strict=True)], tau_eff
@@ -121,12 +146,14 @@ def normalized_average(
     max_steps: int,
     momentum: float = 0.0,
     tau_eff: float | None = None,
+    cap_steps: int | None = None,
 ) -> State:
     """The new global model by FedNova from deltas of unequal local work (see the module doc).
 
     ``max_steps`` is the job's bound on a round's local steps; reported steps are clamped to it.
     ``momentum`` is the trainers' SGD momentum (the job's, not a per-update claim).
     ``tau_eff``: the server step (see :func:`nova_weights`); None is FedNova's ``sum_i p_i a_i``.
+    ``cap_steps``: the trainers ran under the learning-rate cap of that many nominal steps.
     Raises ValueError on malformed updates, as :class:`fl_node.aggregate.FedAvg` does.
     """
     steps_by_id = {}
@@ -140,6 +167,7 @@ def normalized_average(
         [steps_by_id[item.id] for item in ordered],
         momentum=momentum,
         tau_eff=tau_eff,
+        cap_steps=cap_steps,
     )
     names = sorted(ordered[0].update)
     combined = {

@@ -67,10 +67,12 @@ def partition(labels: np.ndarray, num_parts: int, spec: str, *, seed: int) -> li
     rng = np.random.default_rng(seed)
     if parsed.kind == "iid":
         parts = iid_parts(len(labels), num_parts, rng)
-    elif parsed.kind == "dirichlet":
+    elif parsed.kind == "dirichlet" and parsed.alpha is not None:
         parts = dirichlet_parts(labels, num_parts, parsed.alpha, rng)
-    else:
+    elif parsed.kind == "shards" and parsed.shards_per_part is not None:
         parts = shard_parts(labels, num_parts, parsed.shards_per_part, rng)
+    else:  # parse_spec gives each kind its argument
+        raise ValueError(f"bad partition spec {spec!r}")
     return [np.sort(p) for p in parts]
 
 

@@ -18,6 +18,11 @@ from the contract where the chain enforces them:
   moves (a corner patch that is black in every clean image): honest updates leave them at
   exactly 0, so a minority of attackers can never carry them, whoever the committee accepted.
   The vote is integer arithmetic over the updates on chain: every honest node gets the same mask.
+* The step the committee verified, no more (:func:`verified_share`): a member scores an update
+  at its share ``1 / top_k`` of the average, so a round that accepts ``k < top_k`` updates moves
+  the model by ``k / top_k`` of their combined step. Without it a round that accepts one
+  non-IID update (the others judged harmful, or a captured committee carrying one accomplice)
+  applies that update at full weight: ``top_k`` times the step anyone checked.
 
 :func:`get_strategy` adds ``multi_krum_adaptive`` (Multi-Krum for the few updates a committee
 accepts) to fl_node.aggregate's strategies, for simulations only: it is not registered, so a
@@ -27,14 +32,15 @@ job's strategy choices do not depend on whether this module was imported.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from fl_node.aggregate import MultiKrum, Strategy, WeightedUpdate, weighted_mean
 from fl_node.aggregate import get_strategy as get_job_strategy
-from fl_node.codec import Update, densify
+from fl_node.codec import Update, UpdateValue, densify
 from fl_node.committee import MAX_SCORE
 
 T = TypeVar("T")
@@ -79,23 +85,29 @@ def first_by_hash(submissions: Iterable[tuple[T, str]]) -> tuple[list[T], list[T
     return kept, dropped
 
 
-def _voting(updates: Iterable[Mapping[str, torch.Tensor]], names: list[str]) -> list[dict[str, torch.Tensor]]:
-    """The voters' signs (int8) per tensor. An all-zero update abstains: it moves nothing, so it
-    backs no direction (a free rider must not raise the majority the honest trainers have to form)."""
-    voters = []
-    for update in updates:
-        dense = {name: densify(update[name]) for name in names}
-        if any(bool(value.any()) for value in dense.values()):
-            voters.append({name: torch.sign(value).to(torch.int8) for name, value in dense.items()})
-    return voters
+def vote_signs(update: Update) -> dict[str, torch.Tensor] | None:
+    """An update's vote in the sign vote: the int8 signs of its tensors (dense), or None when it is all
+    zero. An all-zero update abstains: it moves nothing, so it backs no direction (a free rider must
+    not raise the majority the honest trainers have to form). A vote is a quarter of the update's
+    float32 memory, so a node can hold the round's votes while it reads one update at a time."""
+    dense = {name: densify(value) for name, value in update.items()}
+    if not any(bool(value.any()) for value in dense.values()):
+        return None
+    return {name: torch.sign(value).to(torch.int8) for name, value in dense.items()}
+
+
+def _voting(updates: Iterable[Update], names: list[str]) -> list[dict[str, torch.Tensor]]:
+    """The votes (:func:`vote_signs`) of ``updates`` over the tensors ``names``; abstentions left out."""
+    votes = (vote_signs({name: update[name] for name in names}) for update in updates)
+    return [vote for vote in votes if vote is not None]
 
 
 def sign_majority_mask(
     step: Mapping[str, torch.Tensor],
-    updates: Iterable[Mapping[str, torch.Tensor]],
+    updates: Iterable[Update],
     *,
     mode: str = "zero",
-    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
+    witnesses: Iterable[Update] = (),
 ) -> dict[str, torch.Tensor] | None:
     """Per coordinate of the aggregate's ``step``, a factor (float32): 1 where more voting
     ``updates`` move that coordinate in the step's direction than leave it at exactly 0, and more
@@ -109,16 +121,28 @@ def sign_majority_mask(
     ``witnesses`` (updates the committee judged harmful) count only where they are exactly 0: a
     sabotaging update neither backs nor opposes, but an honest one wrongly judged harmful still
     testifies that its data never moves a trigger's weights."""
+    names = sorted(step)
+    return mask_from_votes(step, _voting(updates, names), _voting(witnesses, names), mode=mode)
+
+
+def mask_from_votes(
+    step: Mapping[str, torch.Tensor],
+    voters: Iterable[Mapping[str, torch.Tensor]],
+    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
+    *,
+    mode: str = "zero",
+) -> dict[str, torch.Tensor] | None:
+    """:func:`sign_majority_mask` from the votes (:func:`vote_signs`, abstentions left out) of the
+    voting updates and the witnesses. Integer counts: every node gets the same mask."""
     if mode not in ("flip", "zero"):
         raise ValueError(f"sign majority mode must be 'flip' or 'zero', got {mode!r}")
-    names = sorted(step)
-    voters = _voting(updates, names)
+    voters = list(voters)
     if not voters:
         return None
-    others = _voting(witnesses, names)
+    others = list(witnesses)
     other = torch.tensor(-1.0 if mode == "flip" else 0.0)
     mask = {}
-    for name in names:
+    for name in sorted(step):
         direction = torch.sign(densify(step[name])).to(torch.int8)
         backing = torch.zeros(direction.shape, dtype=torch.int32)
         opposing = torch.zeros(direction.shape, dtype=torch.int32)
@@ -133,15 +157,20 @@ def sign_majority_mask(
     return mask
 
 
-def median_norm(updates: Iterable[Mapping[str, torch.Tensor]]) -> float | None:
+def median_norm(updates: Iterable[Update]) -> float | None:
     """The median L2 norm of the non-zero, finite ``updates`` (lower middle for an even count; None
     if there is none): FLAME's adaptive clipping bound (Nguyen et al. 2022), which a minority of
     boosted updates cannot raise."""
-    norms = sorted(n for n in (update_norm(u) for u in updates) if 0.0 < n < math.inf)
-    return norms[(len(norms) - 1) // 2] if norms else None
+    return median_of_norms(update_norm(u) for u in updates)
 
 
-def clip_update(update: Mapping[str, torch.Tensor], bound: float) -> dict[str, torch.Tensor]:
+def median_of_norms(norms: Iterable[float]) -> float | None:
+    """:func:`median_norm` from the updates' norms (:func:`update_norm`): zero and infinite ones left out."""
+    kept = sorted(n for n in norms if 0.0 < n < math.inf)
+    return kept[(len(kept) - 1) // 2] if kept else None
+
+
+def clip_update(update: Update, bound: float) -> dict[str, UpdateValue]:
     """``update`` scaled down to L2 norm ``bound`` when it is longer (float tensors; others as they are)."""
     norm = update_norm(update)
     if norm <= bound:
@@ -153,10 +182,10 @@ def clip_update(update: Mapping[str, torch.Tensor], bound: float) -> dict[str, t
 def apply_sign_majority(
     old: Mapping[str, torch.Tensor],
     new: Mapping[str, torch.Tensor],
-    updates: Iterable[Mapping[str, torch.Tensor]],
+    updates: Iterable[Update],
     *,
     mode: str = "zero",
-    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
+    witnesses: Iterable[Update] = (),
 ) -> dict[str, torch.Tensor]:
     """``new`` with its step from ``old`` masked by :func:`sign_majority_mask` over ``updates``
     (and ``witnesses``): ``old + mask * (new - old)`` for every tensor the updates carry; the rest
@@ -173,6 +202,132 @@ def apply_sign_majority(
     for name in names:
         out[name] = old[name] + step[name] * mask[name].to(step[name].dtype) + 0.0
     return out
+
+
+def verified_share(accepted: int, top_k: int) -> float:
+    """The share of the aggregate's step a round applies: ``accepted / top_k``, at most 1 (each
+    accepted update was scored at ``1 / top_k`` of a step; see the module docstring)."""
+    if top_k < 1 or accepted < 0:
+        raise ValueError(f"need top_k >= 1 and accepted >= 0, got top_k={top_k}, accepted={accepted}")
+    return min(1.0, accepted / top_k)
+
+
+def scale_step(
+    old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], names: Iterable[str], factor: float
+) -> dict[str, torch.Tensor]:
+    """``new`` with the step from ``old`` of every tensor in ``names`` scaled by ``factor`` in [0, 1]:
+    ``old + factor * (new - old)``; the rest of ``new`` as it is."""
+    if not 0.0 <= factor <= 1.0:
+        raise ValueError(f"a step share must be in [0, 1], got {factor}")
+    out = dict(new)
+    if factor == 1.0:
+        return out
+    for name in names:
+        out[name] = old[name] + (new[name] - old[name]) * factor
+    return out
+
+
+def vote_roles(
+    candidates: Iterable[T], medians: Mapping[T, int], *, base_median: int, margin: int
+) -> tuple[list[T], list[T]]:
+    """Split a round's submissions that may vote (readable, within the norm bound) into voters and
+    witnesses, in their order. A submission the committee scored above 0 but not above the base
+    model's median plus the margin was judged harmful or useless: it only witnesses (counts where it
+    is exactly 0). Every other one votes: an honest member scores every readable update within the
+    bound at least 1, so a median of 0 for one means a hostile committee majority, and it still votes.
+    On chain data only (the medians, the base median, the margin): every honest node splits alike."""
+    voters: list[T] = []
+    witnesses: list[T] = []
+    for candidate in candidates:
+        harmful = 0 < medians.get(candidate, 0) <= base_median + margin
+        (witnesses if harmful else voters).append(candidate)
+    return voters, witnesses
+
+
+@dataclass(frozen=True)
+class RoundDefense:
+    """How an honest node aggregates a round's accepted updates (:func:`defended_aggregate`).
+
+    ``norm_bound``: an accepted update above this L2 norm (or not finite) is dropped (None: no bound);
+    ``clip_to_median``: every accepted update is shortened to the round's clip norm (the median norm of
+    the voting submissions, :func:`aggregation_clip_norm`); ``sign_vote``: the step keeps only what a
+    majority of the round's votes backs (:func:`mask_from_votes`, "zero" or "flip"; None: no vote);
+    ``verified_step``: a round accepting k < top_k updates applies k / top_k of the step."""
+
+    top_k: int
+    norm_bound: float | None = None
+    clip_to_median: bool = False
+    sign_vote: str | None = None
+    verified_step: bool = False
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
+        if self.norm_bound is not None and not (self.norm_bound > 0 and math.isfinite(self.norm_bound)):
+            raise ValueError(f"norm_bound must be a positive number, got {self.norm_bound}")
+        if self.sign_vote not in (None, "flip", "zero"):
+            raise ValueError(f"sign_vote must be None, 'flip' or 'zero', got {self.sign_vote!r}")
+
+    @property
+    def needs_votes(self) -> bool:
+        """Whether aggregation reads the round's other submissions (for the clip norm or the vote)."""
+        return self.clip_to_median or self.sign_vote is not None
+
+
+def aggregation_clip_norm(voter_norms: Iterable[float], witness_norms: Iterable[float]) -> float | None:
+    """The norm every accepted update is clipped to: the median norm of the round's submissions that
+    may vote, voters and witnesses (:func:`vote_roles`) alike: whatever a committee majority accepted,
+    its length is at most what half of the readable submissions reach. None without one of non-zero
+    finite norm (nothing is clipped)."""
+    return median_of_norms([*voter_norms, *witness_norms])
+
+
+class Aggregation(Protocol):
+    """What :func:`defended_aggregate` combines with: a job's :class:`Strategy`, or any aggregation
+    of weighted updates with the same contract (the driver's FedNova for adaptive work)."""
+
+    def aggregate(
+        self,
+        global_state: Mapping[str, torch.Tensor],
+        updates: Sequence[WeightedUpdate],
+        server_state: Mapping[str, torch.Tensor] | None = None,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]: ...
+
+
+def defended_aggregate(
+    strategy: Aggregation,
+    global_state: Mapping[str, torch.Tensor],
+    accepted: Iterable[WeightedUpdate],
+    *,
+    defense: RoundDefense,
+    server_state: Mapping[str, torch.Tensor] | None = None,
+    clip_norm: float | None = None,
+    voters: Iterable[Mapping[str, torch.Tensor]] = (),
+    witnesses: Iterable[Mapping[str, torch.Tensor]] = (),
+) -> tuple[dict[str, torch.Tensor], Mapping[str, torch.Tensor] | None]:
+    """The round's new global model (and the strategy's server state) from the accepted updates, as
+    every honest node computes it: over the norm bound dropped, clipped to ``clip_norm``, combined by
+    ``strategy``, the step masked by the sign vote of ``voters`` and ``witnesses`` (their
+    :func:`vote_signs`, abstentions left out) and scaled to the verified share. Deterministic in its
+    inputs; the unchanged model when nothing is left to combine."""
+    accepted = [u for u in accepted if within_norm_bound(u.update, defense.norm_bound)]
+    if defense.clip_to_median and clip_norm is not None:
+        accepted = [WeightedUpdate(clip_update(u.update, clip_norm), u.num_samples, u.id) for u in accepted]
+    if not accepted:
+        return dict(global_state), server_state
+    new_state, server_state = strategy.aggregate(global_state, accepted, server_state)
+    names = sorted(accepted[0].update)
+    if defense.sign_vote is not None:
+        step = {name: new_state[name] - global_state[name] for name in names}
+        mask = mask_from_votes(step, voters, witnesses, mode=defense.sign_vote)
+        if mask is not None:
+            new_state = dict(new_state)
+            for name in names:
+                new_state[name] = global_state[name] + step[name] * mask[name].to(step[name].dtype) + 0.0
+    if defense.verified_step:
+        share = verified_share(len(accepted), defense.top_k)
+        new_state = scale_step(global_state, new_state, names, share)
+    return new_state, server_state
 
 
 def colluding_scores(trainers: Iterable[str], accomplices: set[str]) -> dict[str, int]:
@@ -202,7 +357,7 @@ class AdaptiveMultiKrum(MultiKrum):
 AdaptiveMultiKrum.name = "multi_krum_adaptive"
 
 
-def get_strategy(name: str, **params: object) -> Strategy:
+def get_strategy(name: str, **params: Any) -> Strategy:
     """A job strategy by name (fl_node.aggregate), or ``multi_krum_adaptive``."""
     if name == AdaptiveMultiKrum.name:
         try:

@@ -23,6 +23,9 @@ member then agrees exactly on the base, so the base median cannot be dragged dow
 hostile member's base score of 0 (with absolute scores it falls to the lowest honest base, and
 an accomplice's median, the highest honest score, clears it even for a free rider), and the
 member-to-member spread of absolute scores (different validation sets) stays out of the median.
+:func:`relative_update_score` is the whole honest reading of one update: its share of the
+average, clipped to the round's bound (the norm the aggregation will allow it), scored relative
+to the base.
 
 Scoring must never crash a committee member on a hostile update: anything
 malformed (undecodable bytes, wrong names or shapes, NaN/Inf, a model that
@@ -33,15 +36,18 @@ validation data) still raise, since they are bugs, not attacks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from fl_node.codec import CodecError, Update, check_update, decode_update, densify, update_spec
 from fl_node.committee import MAX_SCORE, score_to_int
+from fl_node.robust import median_norm, within_norm_bound
 from fl_node.secure_random import NoiseSource, SecureRandom
 
+K = TypeVar("K")
 METRICS = ("accuracy", "likelihood")
 # Per-record cross-entropy is clipped to this before it is summed: the sum's sensitivity.
 LOSS_CLIP = 10.0
@@ -52,6 +58,7 @@ NOISY_FLOOR = 1e-4
 def _as_update(update: bytes | Update, global_state: Mapping[str, Tensor]) -> dict[str, Tensor] | None:
     """The update as dense tensors matching the global model's float tensors, or None if malformed."""
     spec = update_spec(global_state)
+    decoded: Update
     try:
         if isinstance(update, bytes | bytearray | memoryview):
             decoded = decode_update(update, expected=spec)
@@ -229,7 +236,9 @@ def relative_score_int(value: float, base_value: float) -> int:
     return min(MAX_SCORE, max(1, BASE_SCORE + gain))
 
 
-def scaled_update(update: bytes | Update, global_state: Mapping[str, Tensor], scale: float) -> Update | None:
+def scaled_update(
+    update: bytes | Update, global_state: Mapping[str, Tensor], scale: float
+) -> dict[str, Tensor] | None:
     """``scale`` times the update's float tensors (dense), or None for a malformed update."""
     if not 0.0 < scale <= 1.0:
         raise ValueError(f"scale must be in (0, 1], got {scale}")
@@ -237,6 +246,17 @@ def scaled_update(update: bytes | Update, global_state: Mapping[str, Tensor], sc
     if dense is None:
         return None
     return {name: value * scale for name, value in dense.items()}
+
+
+def _clipped(update: Mapping[str, Tensor], bound: float) -> dict[str, Tensor] | None:
+    """``update`` shortened to L2 norm ``bound`` when longer; None when it is not finite."""
+    total = sum(float((value.to(torch.float64) ** 2).sum()) for value in update.values())
+    if not math.isfinite(total):
+        return None
+    norm = math.sqrt(total)
+    if norm <= bound:
+        return dict(update)
+    return {name: value * (bound / norm) for name, value in update.items()}
 
 
 def relative_update_score(
@@ -248,6 +268,7 @@ def relative_update_score(
     *,
     base_value: float,
     scale: float = 1.0,
+    clip_norm: float | None = None,
     batch_size: int = 512,
     metric: str = "likelihood",
     noise_multiplier: float | None = None,
@@ -259,11 +280,21 @@ def relative_update_score(
     update, same data, metric and noise), computed once per round; the member submits
     :data:`BASE_SCORE` as its base score. ``scale`` is the share of the update evaluated (1 /
     top_k: the weight it would have in the average, so that a non-IID update is judged by the step
-    it would make). A malformed update scores 0.
+    it would make). ``clip_norm`` (the round's clipping bound, e.g. the median norm of its
+    submissions, fl_node.robust.median_norm) shortens a longer update to that L2 norm first, as the
+    aggregation will: the member scores the step that can be applied, so an update boosted to the
+    job's norm bound gains no more from its length than the aggregate would give it. A malformed or
+    non-finite update scores 0.
     """
+    if clip_norm is not None and not (clip_norm > 0 and math.isfinite(clip_norm)):
+        raise ValueError(f"clip_norm must be a positive number, got {clip_norm}")
     scaled = scaled_update(update, global_state, scale)
     if scaled is None:
         return 0
+    if clip_norm is not None:
+        scaled = _clipped(scaled, clip_norm * scale)
+        if scaled is None:
+            return 0
     value = score_update(
         model,
         global_state,
@@ -276,3 +307,71 @@ def relative_update_score(
         randomness=randomness,
     )
     return relative_score_int(value, base_value)
+
+
+# The key under which :func:`member_scores` draws the base model's noise (trainer keys are addresses).
+BASE_KEY = "base"
+
+
+def member_scores(
+    model: nn.Module,
+    global_state: Mapping[str, Tensor],
+    updates: Mapping[K, Update | None],
+    x_val: Tensor,
+    y_val: Tensor,
+    *,
+    scale: float,
+    norm_bound: float | None = None,
+    clip_to_median: bool = True,
+    batch_size: int = 512,
+    metric: str = "likelihood",
+    noise_multiplier: float | None = None,
+    randomness: Callable[[K | str], NoiseSource | None] | None = None,
+) -> dict[K, int]:
+    """One honest committee member's relative scores of a round's updates, as the node's committee
+    (backend.jobs.driver.committee) and the simulator both compute them; the member's base score is
+    :data:`BASE_SCORE`.
+
+    ``updates`` are the round's decoded updates by key (None: unreadable or malformed, scores 0). An
+    update above ``norm_bound`` (or not finite) scores 0; the others are scored by
+    :func:`relative_update_score` at ``scale`` (1 / top_k), clipped first (``clip_to_median``) to the
+    median norm of those scorable updates (fl_node.robust.median_norm: the bound the aggregation
+    will allow), against this member's score of the unchanged model. ``randomness(key)`` gives the
+    noise stream of each release (:data:`BASE_KEY` for the base model's); None draws fresh noise."""
+
+    def draw(key: K | str) -> NoiseSource | None:
+        return randomness(key) if randomness is not None else None
+
+    zero = {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
+    base_value = score_update(
+        model,
+        global_state,
+        zero,
+        x_val,
+        y_val,
+        randomness=draw(BASE_KEY),
+        batch_size=batch_size,
+        metric=metric,
+        noise_multiplier=noise_multiplier,
+    )
+    scorable = {k: u for k, u in updates.items() if u is not None and within_norm_bound(u, norm_bound)}
+    clip = median_norm(scorable.values()) if clip_to_median else None
+    return {
+        key: relative_update_score(
+            model,
+            global_state,
+            scorable[key],
+            x_val,
+            y_val,
+            base_value=base_value,
+            scale=scale,
+            clip_norm=clip,
+            randomness=draw(key),
+            batch_size=batch_size,
+            metric=metric,
+            noise_multiplier=noise_multiplier,
+        )
+        if key in scorable
+        else 0
+        for key in updates
+    }

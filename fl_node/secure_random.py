@@ -29,7 +29,9 @@ import hmac
 import math
 import secrets
 import threading
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ KEY_BYTES = 32
 _UNIT_53 = 2.0**-53
 _UNIT_32 = 2.0**-32
 _DOMAIN = b"defl/dp-randomness/v1"
+T = TypeVar("T")
 
 
 class SecureRandom:
@@ -119,39 +122,67 @@ class SecureRandom:
         return total.mul_(std / 2.0).to(dtype).view(shape)
 
 
-class NoiseAhead:
-    """The next step's noise, ``count`` values in one flat tensor, drawn on a helper thread one step ahead.
+class DrawAhead(Generic[T]):
+    """The next result of ``draw``, computed on a helper thread one call ahead.
 
-    DP-SGD adds noise of the same size and std every step, and the noise does not depend on
-    the data, so the secret stream can fill the next step's noise while this step's forward
-    and backward run: the draws, their order and their distribution are unchanged, only when
-    they are made moves. ``take()`` returns this step's tensor (the caller owns it and may
-    write into it) and starts the next. Whoever creates one closes it.
+    DP-SGD's Gaussian noise and Poisson masks do not depend on the data, so the secret
+    streams can fill the next step's draws while this step's forward and backward run: the
+    draws, their order and their distribution are unchanged, only when they are made moves.
+    ``take()`` returns the pending result (the caller owns it and may write into it) and
+    starts the next. Whoever creates one closes it.
     """
 
-    def __init__(self, source: SecureRandom, count: int, *, std: float, dtype: torch.dtype) -> None:
-        self._source = source
-        self._count = int(count)
-        self._std = std
-        self._dtype = dtype
-        self._next = _noise_thread().submit(self._draw)
+    def __init__(self, draw: Callable[[], T]) -> None:
+        self._draw = draw
+        self._next = helper_thread().submit(draw)
 
-    def _draw(self) -> torch.Tensor:
-        return self._source.normal((self._count,), std=self._std, dtype=self._dtype)
-
-    def take(self) -> torch.Tensor:
-        noise = self._next.result()
-        self._next = _noise_thread().submit(self._draw)
-        return noise
+    def take(self) -> T:
+        value = self._next.result()
+        self._next = helper_thread().submit(self._draw)
+        return value
 
     def close(self) -> None:
         self._next.cancel()
 
 
+# Poisson masks drawn per helper-thread task, at most this many uniforms at once (8 MiB).
+_MASK_BLOCK_VALUES = 1 << 20
+_MASK_BLOCK_STEPS = 16
+
+
+def poisson_batches(
+    source: SecureRandom | TorchRandom, count: int, rate: float
+) -> Generator[torch.Tensor, None, None]:
+    """The indices of each step's Poisson-sampled batch of ``count`` records, without end.
+
+    Each record joins each batch independently with probability ``rate``
+    (``source.poisson_mask``). From a secret stream the masks of up to 16 steps are drawn
+    in one go, a block ahead on the helper thread: the same values in the same order as
+    one ``poisson_mask`` per step (one stream, read in sequence), off the training thread.
+    From a torch generator each step draws its own mask, in Opacus's order.
+    """
+    if not isinstance(source, SecureRandom):
+        while True:
+            yield torch.nonzero(source.poisson_mask(count, rate)).flatten()
+    steps = max(1, min(_MASK_BLOCK_STEPS, _MASK_BLOCK_VALUES // max(count, 1)))
+
+    def block() -> list[torch.Tensor]:
+        masks = source.poisson_mask(steps * count, rate).view(steps, count)
+        return [torch.nonzero(mask).flatten() for mask in masks]
+
+    ahead = DrawAhead(block)
+    try:
+        while True:
+            yield from ahead.take()
+    finally:
+        ahead.close()
+
+
 _noise_executor: ThreadPoolExecutor | None = None
 
 
-def _noise_thread() -> ThreadPoolExecutor:
+def helper_thread() -> ThreadPoolExecutor:
+    """The one thread that makes DP draws ahead of the training thread (created on first use)."""
     global _noise_executor
     if _noise_executor is None:
         _noise_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dp-noise")

@@ -10,6 +10,7 @@ updates are aggregated deterministically into the next global model.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import torch
 from fl_node.aggregate import WeightedUpdate
 from fl_node.attacks import Attack, boost_to_bound, choose_attackers, parse_attack_spec
 from fl_node.codec import content_hash, decode_update, update_spec
-from fl_node.committee import MAX_SCORE, RoundOutcome, decide_round, score_to_int
+from fl_node.committee import MAX_SCORE, RoundOutcome, _tie_key, decide_round, score_to_int
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
@@ -29,18 +30,21 @@ from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
 from fl_node.robust import (
-    apply_sign_majority,
+    RoundDefense,
+    aggregation_clip_norm,
     cap_samples,
-    clip_update,
     colluding_scores,
+    defended_aggregate,
     first_by_hash,
     get_strategy,
-    median_norm,
+    update_norm,
+    vote_roles,
+    vote_signs,
     within_norm_bound,
 )
-from fl_node.score import BASE_SCORE, relative_score_int, scaled_update, score_update
+from fl_node.score import BASE_KEY, BASE_SCORE, member_scores, scaled_update, score_update
 from fl_node.secure_random import SecureRandom
-from fl_node.sparse import SparsePolicy, encode_with_policy
+from fl_node.sparse import SparsePolicy, encode_with_policy, round_public_rows
 from fl_node.train import TrainConfig, evaluate, train_local
 
 DP_MODES = ("sgd", "update")
@@ -74,6 +78,11 @@ class SimulationConfig:
     score_privacy: str = "dp"
     seed: int = 0
     update_encoding: str = "auto"  # fl_node.sparse: "auto" (per tensor by cost), "dense", "delta"
+    # Under DP, each of these sparse tables keeps a public, seeded set of public_rows rows per round,
+    # as a node's trainer does (fl_node.sparse.round_public_rows); 0 keeps every noised row.
+    sparse_tables: tuple[str, ...] = ()
+    public_rows: int = 0
+    public_rule: str = "rotate"  # fl_node.sparse.PUBLIC_RULES
     # Robustness (issue 14, fl_node.robust). consensus=False is the undefended FedAvg baseline: no
     # committee, every node trains, every update is averaged as sent with the samples it claims.
     consensus: bool = True
@@ -83,6 +92,11 @@ class SimulationConfig:
     # "rank": the first committee is nodes 0..committee-1, then the best-ranked trainers (the contract's
     # rule); "random": every committee is drawn uniformly (seeded) from the round's eligible nodes.
     committee_draw: str = "rank"
+    # The contract's draws (issue 14): the first committee is the committee_size participants with the
+    # smallest keccak(seed, address), and equal medians are ordered by a fresh tie seed each round; the
+    # chain's seeds come from its blocks, here from the run's seed. False: nodes 0..committee-1 sit
+    # first and ties go by the all-zero tie seed (the fixed seats the older tests are written against).
+    chain_draws: bool = False
     # How honest committee members score (fl_node.score): the metric, and the share of the update they
     # apply to the global model before evaluating it (1/top_k: the weight it would get in the average,
     # so a non-IID update is judged by the step it would make, not by a full step on its own).
@@ -95,6 +109,12 @@ class SimulationConfig:
     sign_vote: str | None = None
     # Honest aggregation clips every accepted update to the median norm of the round's submissions.
     clip_to_median: bool = False
+    # Honest members score each update clipped to that median norm (relative scores only): the step
+    # the aggregation can apply, not the length an attacker boosted to (fl_node.score.relative_update_score).
+    score_clipped: bool = False
+    # A round that accepts k < top_k updates applies k / top_k of their combined step: each was
+    # scored at a 1 / top_k share (fl_node.robust.verified_share).
+    verified_step: bool = False
     # Attackers that know the norm bound scale what they send to just under it (fl_node.attacks.boosts).
     adaptive_attack: bool = False
 
@@ -337,6 +357,15 @@ def _local_update(
         attack=participant.attack,
         attack_seed=seed,
         randomness=_stream(secret, "train", round_index, participant.index),
+        kept_rows=round_public_rows(
+            global_state,
+            config.sparse_tables,
+            config.public_rows,
+            private=config.epsilon is not None,
+            seed=config.seed,
+            round_=round_index + 1,
+            rule=config.public_rule,
+        ),
     )
     return result.update, result.samples
 
@@ -360,7 +389,12 @@ def run_simulation(
     torch.manual_seed(config.seed)
     splits, model = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
     _, scratch = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
-    participants = build_participants(config, splits)
+    # Nodes of an "absent" spec take no part (the honest-only reference); the rest keep their data.
+    participants = [p for p in build_participants(config, splits) if not (p.attack and p.attack.absent)]
+    if len(participants) <= config.committee:
+        raise ValueError(
+            f"{len(participants)} nodes take part: not enough for a committee of {config.committee}"
+        )
     by_address = {p.address: p for p in participants}
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spec = update_spec(global_state)
@@ -368,6 +402,11 @@ def run_simulation(
     policy = SparsePolicy(encoding=config.update_encoding)
     server_state = None
     committee = [p.address for p in participants[: config.committee]]
+    if config.chain_draws:
+        seed = _chain_seed(config, "start")
+        committee = sorted((p.address for p in participants), key=lambda a: _tie_key(seed, a))[
+            : config.committee
+        ]
     if config.committee_draw == "random":
         committee = _draw(config, [p.address for p in participants], 0)
     test_x, test_y = splits.test.tensors()
@@ -409,6 +448,7 @@ def run_simulation(
                 spec,
                 round_index,
                 randomness_secret,
+                _chain_seed(config, "tie", round_index) if config.chain_draws else bytes(32),
             )
         else:
             weights = {a: samples for a, (_, samples) in encoded.items()}
@@ -425,37 +465,45 @@ def run_simulation(
             for a in outcome.accepted
         ]
         if config.consensus:
-            # Every honest node enforces the norm bound again when it aggregates: colluding members
-            # can carry an update through the median, not past this check.
-            accepted = [u for u in accepted if within_norm_bound(u.update, config.norm_bound)]
-        if config.consensus and (config.sign_vote or config.clip_to_median):
-            # Over every submission kept on chain (not only the accepted): a committee majority of
-            # attackers picks what is averaged, but not the length it may have nor which directions
-            # survive. An update the committee scored above 0 but not above the base is harmful or
-            # useless: it only witnesses where it is exactly 0 (an honest member scores every
-            # well-formed update within the bound at least 1, so a median of 0 for one means a
-            # hostile committee majority, and that update still votes).
-            in_bound = [
-                a for a in kept if within_norm_bound(decode_update(encoded[a][0], spec), config.norm_bound)
-            ]
-            harmful = {
-                a
-                for a in in_bound
-                if 0 < outcome.medians.get(a, 0) <= outcome.base_median + (config.margin or 0)
-            }
-            voters = [decode_update(encoded[a][0], spec) for a in in_bound if a not in harmful]
-            witnesses = [decode_update(encoded[a][0], spec) for a in in_bound if a in harmful]
-            if config.clip_to_median and (bound := median_norm(voters + witnesses)) is not None:
-                accepted = [
-                    WeightedUpdate(clip_update(u.update, bound), u.num_samples, u.id) for u in accepted
-                ]
-        if accepted:
-            previous = global_state
-            global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
-            if config.consensus and config.sign_vote:
-                global_state = apply_sign_majority(
-                    previous, global_state, voters, mode=config.sign_vote, witnesses=witnesses
+            # Every honest node aggregates with the same function (backend.jobs.driver.aggregator calls
+            # it too): the norm bound enforced again (colluding members can carry an update through the
+            # median, not past this check), the clip to the round's median norm, the sign vote and the
+            # verified step (fl_node.robust.defended_aggregate).
+            defense = RoundDefense(
+                top_k=config.effective_top_k,
+                norm_bound=config.norm_bound,
+                clip_to_median=config.clip_to_median,
+                sign_vote=config.sign_vote,
+                verified_step=config.verified_step,
+            )
+            clip_norm, votes, witness_votes = None, [], []
+            if defense.needs_votes:
+                # Over every submission kept on chain (not only the accepted): a committee majority of
+                # attackers picks what is averaged, but not the length it may have nor which directions
+                # survive (fl_node.robust.vote_roles: who votes and who only witnesses).
+                submitted = {a: decode_update(encoded[a][0], spec) for a in kept}
+                in_bound = [a for a in kept if within_norm_bound(submitted[a], config.norm_bound)]
+                voters, witnesses = vote_roles(
+                    in_bound, outcome.medians, base_median=outcome.base_median, margin=config.margin or 0
                 )
+                clip_norm = aggregation_clip_norm(
+                    [update_norm(submitted[a]) for a in voters],
+                    [update_norm(submitted[a]) for a in witnesses],
+                )
+                votes = [v for v in (vote_signs(submitted[a]) for a in voters) if v is not None]
+                witness_votes = [v for v in (vote_signs(submitted[a]) for a in witnesses) if v is not None]
+            global_state, server_state = defended_aggregate(
+                strategy,
+                global_state,
+                accepted,
+                defense=defense,
+                server_state=server_state,
+                clip_norm=clip_norm,
+                voters=votes,
+                witnesses=witness_votes,
+            )
+        elif accepted:
+            global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
         model.load_state_dict(global_state)
         metrics = evaluate(model, test_x, test_y)
         histories = [p.history for p in participants if len(p.history)]
@@ -503,6 +551,11 @@ def run_simulation(
     )
 
 
+def _chain_seed(config: SimulationConfig, *context: str | int) -> bytes:
+    """A 32-byte stand-in for one of the contract's block-drawn seeds, fixed by the run's seed."""
+    return hashlib.sha256(":".join(map(str, ("defl-sim-chain", config.seed, *context))).encode()).digest()
+
+
 def _draw(config: SimulationConfig, eligible: list[str], round_index: int) -> list[str]:
     """A committee drawn uniformly from ``eligible``, seeded by the run and the round."""
     rng = np.random.default_rng([config.seed, round_index, 0xC0])
@@ -526,10 +579,12 @@ def _committee_round(
     spec,
     round_index: int,
     secret: bytes | None,
+    tie_seed: bytes = bytes(32),
 ) -> RoundOutcome:
     """Every member scores the kept updates (and the base model when the job has a margin);
     :func:`decide_round` decides. An update over the norm bound scores 0 from honest members."""
-    scorable = {a for a in kept if within_norm_bound(decode_update(encoded[a][0], spec), config.norm_bound)}
+    decoded = {a: decode_update(encoded[a][0], spec) for a in kept}
+    scorable = {a for a in kept if within_norm_bound(decoded[a], config.norm_bound)}
     accomplices = {a for a in kept if by_address[a].attack is not None}
     base_update = {k: torch.zeros_like(v) for k, v in global_state.items() if v.is_floating_point()}
     scores: dict[str, dict[str, int]] = {}
@@ -559,17 +614,27 @@ def _committee_round(
                 randomness=_stream(secret, "score", round_index, member.index, address),
             )
 
-        values = {a: evaluate_one(a, encoded[a][0]) for a in kept if a in scorable}
-        released = len(scorable)
-        if config.margin is not None:
-            base_value = evaluate_one("base", base_update)
-            released += 1
+        released = len(scorable) + (config.margin is not None)  # the base model's score is a release too
+        if config.margin is not None and not config.score_relative:
+            base_value = evaluate_one(BASE_KEY, base_update)
         if config.score_relative:
-            scores[member_address] = {
-                a: relative_score_int(values[a], base_value) if a in values else 0 for a in kept
-            }
+            # The node's scoring function, as the node's committee calls it.
+            scores[member_address] = member_scores(
+                scratch,
+                global_state,
+                {a: decoded[a] for a in kept},
+                vx,
+                vy,
+                scale=config.score_scale,
+                norm_bound=config.norm_bound,
+                clip_to_median=config.score_clipped,
+                metric=config.score_metric,
+                noise_multiplier=noise,
+                randomness=functools.partial(_stream, secret, "score", round_index, member.index),
+            )
             base_scores[member_address] = BASE_SCORE
         else:
+            values = {a: evaluate_one(a, encoded[a][0]) for a in kept if a in scorable}
             scores[member_address] = {a: score_to_int(values[a]) if a in values else 0 for a in kept}
             if config.margin is not None:
                 base_scores[member_address] = score_to_int(base_value)
@@ -582,6 +647,7 @@ def _committee_round(
         current_committee=committee,
         base_scores=base_scores if config.margin is not None else None,
         margin=config.margin or 0,
+        tie_seed=tie_seed,
     )
 
 

@@ -45,10 +45,26 @@ other rows is set to zero after it: a data-independent projection followed by
 post-processing, so the release keeps its guarantee, and the delta array holds
 exactly the public rows. Rows outside the set are dropped openly, by a rule
 anyone can recompute, never because the data did not touch them.
+
+Two public rules (the job's ``public_rule``): ``"rotate"`` (the default) keeps the head of
+the table for half the rows and a seeded draw from the rest, so that every row gets its turn
+over the rounds; ``"head"`` keeps the ``count`` most frequent rows every round (ids
+0..count-1 of a frequency-sorted vocabulary: a tokenizer's rank order is public, and the
+frequent words are where most of the text's signal sits), so they train every round.
+
+Under DP-SGD a round with public rows trains *only* those rows (:func:`public_rows_model`):
+each table becomes a small trainable table of its kept rows in front of a frozen copy of the
+global one, so each example's gradient is projected onto the kept rows before it is clipped
+and the noise is drawn for the kept rows only. The projection is public and data-independent
+and every row that moves is noised, so the release is the same Gaussian mechanism at the same
+noise multiplier, sampling rate and steps (the same epsilon); the rows that never move need
+no noise. It is also what makes the hybrid cheap: per-example gradients and noise of 1,500
+rows instead of 20,000 (``bench/sparse.py``'s federation measures the round times).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -56,13 +72,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.nn import functional as F  # noqa: N812
 
 from fl_node.codec import (
     INDEX_BYTES,
     CodecError,
     SparseRows,
     Update,
+    densify,
     encode_update,
     touched_rows,
     update_spec,
@@ -210,7 +228,7 @@ def choose_encodings(
             )
         numel = math.prod(shape)
         rows = shape[0] if shape else 1
-        touched = _touched(value) if shape else int(bool(value.ne(0).any()))
+        touched = _touched(value) if shape else int(bool(densify(value).ne(0).any()))
         if len(shape) < 2 or (policy.tables is not None and name not in policy.tables):
             choices[name] = TensorChoice(name, "dense", rows, touched, numel * 4, 0)
             continue
@@ -244,17 +262,29 @@ def encode_for_job(update: Update, global_state: Mapping[str, Tensor], policy: S
     return encode_with_policy(update, global_state, policy)[0]
 
 
+PUBLIC_RULES = ("rotate", "head")
+
+
 def public_rows(
-    shapes: Mapping[str, tuple[int, ...]], tables: Iterable[str], count: int, *, seed: int, round_: int
+    shapes: Mapping[str, tuple[int, ...]],
+    tables: Iterable[str],
+    count: int,
+    *,
+    seed: int,
+    round_: int,
+    rule: str = "rotate",
 ) -> dict[str, Tensor]:
     """The rows each table keeps in round ``round_`` under DP: a public rule, the same on every node.
 
-    Half the rows are the head of the table (ids 0..count/2-1: the most frequent tokens of a
-    frequency-sorted vocabulary), the rest a draw seeded by (seed, round, table) from the
-    remaining rows, so that over the rounds every row gets its turn. Depends on no data.
+    ``rule="rotate"``: half the rows are the head of the table (ids 0..count/2-1: the most
+    frequent tokens of a frequency-sorted vocabulary), the rest a draw seeded by (seed, round,
+    table) from the remaining rows, so that over the rounds every row gets its turn.
+    ``rule="head"``: the ``count`` first rows, every round. Either depends on no data.
     """
     if count < 1:
         raise ValueError("public_rows needs a positive count")
+    if rule not in PUBLIC_RULES:
+        raise ValueError(f"public rule must be one of {', '.join(PUBLIC_RULES)}, not {rule!r}")
     kept: dict[str, Tensor] = {}
     for position, name in enumerate(sorted(tables)):
         if name not in shapes or len(shapes[name]) < 2:
@@ -263,11 +293,119 @@ def public_rows(
         if count >= rows:
             kept[name] = torch.arange(rows)
             continue
+        if rule == "head":
+            kept[name] = torch.arange(count)
+            continue
         head = count // 2
         generator = torch.Generator().manual_seed((seed * 1_000_003 + round_) * 1009 + position)
         tail = torch.randperm(rows - head, generator=generator)[: count - head] + head
         kept[name] = torch.cat([torch.arange(head), tail.sort().values])
     return kept
+
+
+def round_public_rows(
+    state: Mapping[str, Tensor],
+    tables: Iterable[str],
+    count: int,
+    *,
+    private: bool,
+    seed: int,
+    round_: int,
+    rule: str = "rotate",
+) -> dict[str, Tensor] | None:
+    """The rows each sparse table of ``state`` keeps in round ``round_`` (numbered from 1, as on
+    chain) of a job with ``count`` public rows; None for a job without DP or public rows.
+
+    The one rule of the node's trainer (backend.jobs.config.JobConfig.kept_rows) and of the
+    simulator (fl_node.simulate), so that a simulated private sparse run projects its updates as
+    a node does.
+    """
+    if not (private and count):
+        return None
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    return public_rows(shapes, tables, count, seed=seed, round_=round_, rule=rule)
+
+
+class PublicRowsEmbedding(nn.Module):
+    """An embedding table of which only ``rows`` train; the others look up a frozen copy.
+
+    ``rows.weight`` (one row per kept id, in the order of ``kept``) is the only parameter, so
+    DP-SGD's per-example gradients, clipping and noise cover exactly the kept rows; the frozen
+    table is a non-persistent buffer (not in the state dict, never noised, never sent).
+    """
+
+    frozen: Tensor
+    position: Tensor
+    inside: Tensor
+
+    def __init__(self, table: Tensor, kept: Tensor) -> None:
+        super().__init__()
+        size = table.shape[0]
+        self.rows = nn.Embedding.from_pretrained(table[kept].detach().clone(), freeze=False)
+        position = torch.zeros(size, dtype=torch.long)
+        position[kept] = torch.arange(kept.numel())
+        inside = torch.zeros(size, dtype=torch.bool)
+        inside[kept] = True
+        self.register_buffer("frozen", table.detach().clone(), persistent=False)
+        self.register_buffer("position", position, persistent=False)
+        self.register_buffer("inside", inside, persistent=False)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        tokens = tokens.long()
+        trained = self.rows(self.position[tokens])
+        return torch.where(self.inside[tokens].unsqueeze(-1), trained, F.embedding(tokens, self.frozen))
+
+
+def _plain_embedding(module: nn.Module | None) -> bool:
+    return (
+        isinstance(module, nn.Embedding)
+        and module.padding_idx is None
+        and module.max_norm is None
+        and not module.scale_grad_by_freq
+        and not module.sparse
+    )
+
+
+def public_rows_model(
+    model: nn.Module, global_state: Mapping[str, Tensor], kept: Mapping[str, Tensor]
+) -> tuple[nn.Module, dict[str, Tensor]] | None:
+    """A copy of ``model`` in which only the ``kept`` rows of each table train, and its global state.
+
+    Each table must be the weight of a plain ``nn.Embedding``; None otherwise (the caller then
+    trains the whole model and projects its update, :func:`restrict_rows`). :func:`full_update`
+    maps the copy's update back onto the model's tensors.
+    """
+    modules = dict(model.named_modules())
+    owners = {name: name.rpartition(".")[0] for name in kept}
+    if not kept or any(
+        not name.endswith(".weight") or not _plain_embedding(modules.get(owner))
+        for name, owner in owners.items()
+    ):
+        return None
+    sub = copy.deepcopy(model)
+    sub.load_state_dict(global_state)
+    for name, owner in owners.items():
+        parent, _, attr = owner.rpartition(".")
+        setattr(sub.get_submodule(parent), attr, PublicRowsEmbedding(global_state[name], kept[name]))
+    return sub, {k: v.detach().clone() for k, v in sub.state_dict().items()}
+
+
+def full_update(
+    sub_update: Mapping[str, Tensor], global_state: Mapping[str, Tensor], kept: Mapping[str, Tensor]
+) -> dict[str, Tensor]:
+    """The update of :func:`public_rows_model`'s copy as an update of the model: each table's delta
+    is zero outside its kept rows. Keys in the model's order; non-float tensors as the copy has them."""
+    rows_of = {f"{name.rpartition('.')[0]}.rows.weight": name for name in kept}
+    by_name = {rows_of.get(k, k): v for k, v in sub_update.items()}
+    out: dict[str, Tensor] = {}
+    for name, value in global_state.items():
+        if name in kept:
+            delta = torch.zeros_like(value)
+            delta[kept[name]] = by_name[name]
+            out[name] = delta
+        elif name in by_name:
+            out[name] = by_name[name]
+    return out
 
 
 def restrict_rows(update: Mapping[str, Tensor], kept: Mapping[str, Tensor]) -> dict[str, Tensor]:

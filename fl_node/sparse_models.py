@@ -37,6 +37,8 @@ _PADDING = 0
 class NextTokenLM(nn.Module):
     """Context tokens ``(N, context)`` -> next-token logits ``(N, vocab_size)``."""
 
+    proposal: torch.Tensor  # a buffer
+
     def __init__(self, vocab_size: int, context: int, embed_dim: int, hidden: int, sampled: int) -> None:
         super().__init__()
         if vocab_size < 2 or context < 1 or embed_dim < 1 or hidden < 1 or sampled < 0:

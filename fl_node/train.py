@@ -18,10 +18,28 @@ Every step is recorded through an optimizer step hook into the job's
 ``PrivacyHistory`` and the dataset's ``BudgetLedger``; the ledger is checked
 before the first step, so an over-budget request trains nothing.
 
+Step boundaries (:func:`step_boundary`): a caller may register hooks that run before every
+local step of the current thread's (context's) training, e.g. the cluster runner's cancel
+check: a hook that raises stops the training there, between two whole steps (under DP the
+steps already taken were recorded as they happened). Hooks stack; none by default.
+
+Device (:func:`on_device`, or ``TrainConfig.device``): training runs on that torch device
+("cpu", "cuda:0"): the model and the data move there, and the update comes back on the CPU,
+so what the caller encodes and hashes does not depend on where it was computed. DP-SGD too:
+per-example norms, clipping and the noisy sum run on the device; the Poisson masks and the
+noise are drawn on the CPU from the same secret streams as on a CPU run (so a run is
+repeatable given its secret, never from the device's generator) and the noise reaches the
+device through pinned memory without blocking (``fl_node.dp_engine.StepNoise``).
+:func:`device_memory_mb` estimates what a run holds on a GPU, for the slot it is placed on.
+
 Every draw the DP guarantee relies on (Poisson batch masks, gradient noise) comes from a
 secret CSPRNG stream (``fl_node.secure_random.SecureRandom``): a fresh key per call unless
-the caller passes a stream. ``TrainConfig.seed`` seeds only what DP does not rely on
-(dropout, the shuffling of non-private training).
+the caller passes a stream. Neither depends on the data, so both are drawn on a helper
+thread, off the training thread: the noise while the step's forward and backward run ("bk";
+one step ahead under Opacus), the masks in blocks of up to 16 steps ahead
+(``fl_node.secure_random.poisson_batches``); the same draws in the same order.
+``TrainConfig.seed`` seeds only what DP does not rely on (dropout, the shuffling of
+non-private training).
 
 The metrics (loss and accuracy on the local training data) are for the node
 itself: they are not privatised and must not leave the node.
@@ -29,6 +47,8 @@ itself: they are not privatised and must not leave the node.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -41,9 +61,9 @@ from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processe
 from torch import nn
 
 from fl_node.data import ArrayDataset
-from fl_node.dp_engine import BookKeepingDP, StepNoise, unsupported_reason
+from fl_node.dp_engine import _MAX_PER_EXAMPLE_ELEMENTS, BookKeepingDP, StepNoise, _leaves, unsupported_reason
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
-from fl_node.secure_random import NoiseSource, SecureRandom
+from fl_node.secure_random import NoiseSource, SecureRandom, poisson_batches
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +74,58 @@ OPACUS_GRAD_SAMPLE_MODES = ("hooks", "ew", "functorch")
 # support train with FALLBACK_GRAD_SAMPLE_MODE (Opacus ExpandedWeights) instead.
 DEFAULT_GRAD_SAMPLE_MODE = "bk"
 FALLBACK_GRAD_SAMPLE_MODE = "ew"
+
+
+# Hooks called before each local step, innermost last (see the module doc).
+_STEP_HOOKS: contextvars.ContextVar[tuple[Callable[[int], None], ...]] = contextvars.ContextVar(
+    "defl_step_hooks", default=()
+)
+# The device of the training in this context when TrainConfig.device is None (the cluster slot's).
+_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("defl_train_device", default=None)
+
+
+@contextlib.contextmanager
+def step_boundary(hook: Callable[[int], None]) -> Iterator[None]:
+    """Call ``hook(step_index)`` before every local step trained in this context; it may raise."""
+    token = _STEP_HOOKS.set((*_STEP_HOOKS.get(), hook))
+    try:
+        yield
+    finally:
+        _STEP_HOOKS.reset(token)
+
+
+@contextlib.contextmanager
+def on_device(device: str | None) -> Iterator[None]:
+    """Train on ``device`` in this context (unless a TrainConfig names its own)."""
+    token = _DEVICE.set(device)
+    try:
+        yield
+    finally:
+        _DEVICE.reset(token)
+
+
+def _at_step(index: int) -> None:
+    for hook in _STEP_HOOKS.get():
+        hook(index)
+
+
+def resolve_device(config_device: str | None = None) -> torch.device:
+    """The torch device training uses: the config's, else the context's, else the CPU.
+
+    A CUDA device that torch does not see falls back to the CPU (logged), so a job planned on
+    a GPU worker still trains on a machine without one.
+    """
+    name = config_device or _DEVICE.get() or "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unsupported training device {name!r} (cpu or cuda[:index])") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        logger.warning("device %s requested but torch sees no CUDA device: training on the CPU", name)
+        return torch.device("cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unsupported training device {name!r} (cpu or cuda[:index])")
+    return device
 
 
 @dataclass(frozen=True)
@@ -85,6 +157,7 @@ class TrainConfig:
     rounds: int = 1
     grad_sample_mode: str = DEFAULT_GRAD_SAMPLE_MODE
     seed: int = 0
+    device: str | None = None  # None: the context's (on_device), else the CPU
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, f"batch_size must be at least 1, got {self.batch_size}")
@@ -173,6 +246,82 @@ def check_budget(ledger: BudgetLedger, plan: StepPlan) -> float:
     )
 
 
+# What a device run holds beyond its tensors: the allocator's rounding and cached blocks.
+_DEVICE_SLACK_BYTES = 128 << 20
+_EVAL_BATCH = 1024
+
+
+def device_memory_mb(model: nn.Module, data: ArrayDataset, config: TrainConfig) -> int | None:
+    """An upper estimate of the device memory (MiB) one :func:`train_local` run of ``model`` holds.
+
+    For the cluster slot it is placed on (``backend.cluster.runner.train_demand``). Counted:
+    the data copied to the device; the weights with their gradient, momentum, the round's
+    anchor, the update and (under DP) the noise buffer and the proximal anchor; the activations
+    of the largest batch kept for backward, and their gradients (a Poisson batch is counted at
+    its mean plus six standard deviations); under DP the per-example gradients the engine keeps
+    (Opacus: every parameter's; "bk": each layer's, unless it takes the ghost norm); the
+    evaluation batches; a fixed slack. The activations are measured with one forward of one
+    zero example where the model lies (the CPU: a few milliseconds; the "meta" device would
+    cost seconds of imports). None when that forward fails (the caller keeps its default demand).
+    """
+    x, _ = data.tensors()
+    n = len(data)
+    if n < 1:
+        raise ValueError("cannot train on an empty dataset")
+    try:
+        per_example = _activation_elements(model, x.shape[1:], x.dtype)
+    except Exception as exc:  # a model that cannot run on a zero example: no estimate
+        logger.info("no device memory estimate for this model: %s", exc)
+        return None
+    params = list(model.parameters())
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    param_bytes += sum(b.numel() * b.element_size() for b in model.buffers())
+    element = x.element_size() if x.is_floating_point() else 4
+    if config.private:
+        rate = min(config.batch_size / n, 1.0)
+        batch = min(n, math.ceil(n * rate + 6 * math.sqrt(n * rate * (1 - rate))) + 1)
+    else:
+        batch = min(n, config.batch_size)
+    total = data.x.nbytes + data.y.nbytes
+    total += (7 if config.private else 5) * param_bytes
+    total += 3 * batch * per_example * element  # kept activations, their gradients, one spare
+    if config.private:
+        mode = resolve_grad_sample_mode(model, config.grad_sample_mode)
+        trainable = [p for p in params if p.requires_grad]
+        if mode == "bk":
+            layers = [sum(p.numel() for p in leaf.parameters() if p.requires_grad) for leaf in _leaves(model)]
+            kept = sum(min(batch * size, _MAX_PER_EXAMPLE_ELEMENTS) for size in layers)
+        else:
+            kept = batch * sum(p.numel() for p in trainable)
+        total += kept * element
+    total += min(n, _EVAL_BATCH) * per_example * element
+    total += _DEVICE_SLACK_BYTES
+    return max(1, math.ceil(total / (1 << 20)))
+
+
+def _activation_elements(model: nn.Module, shape: torch.Size, dtype: torch.dtype) -> int:
+    """Elements of every leaf module's output for one example, from one forward of a zero example."""
+    outputs = 0
+
+    def count(_module: nn.Module, _inputs: object, output: object) -> None:
+        nonlocal outputs
+        if isinstance(output, torch.Tensor):
+            outputs += output.numel()
+
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    was_training = model.training
+    model.eval()  # no dropout draw, no batch statistics of one example
+    try:
+        with torch.no_grad():
+            model(torch.zeros((1, *shape), dtype=dtype, device=next(model.parameters()).device))
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return outputs + math.prod(shape)
+
+
 @dataclass(frozen=True)
 class TrainResult:
     update: dict[str, torch.Tensor]  # local - global, per state-dict entry
@@ -191,6 +340,7 @@ def train_local(
     privacy_history: PrivacyHistory | None = None,
     ledger: BudgetLedger | None = None,
     randomness: NoiseSource | None = None,
+    device_path: bool = False,
 ) -> TrainResult:
     """Load ``global_state`` into ``model``, train it locally and return the update.
 
@@ -198,13 +348,21 @@ def train_local(
     ``ledger`` is the dataset's budget across jobs (checked first, then charged
     step by step). ``randomness`` is the secret stream of the DP draws (a fresh
     ``SecureRandom`` by default). ``model`` ends holding the local weights.
+    ``device_path``: take the path of a run off the CPU (the model, data and DP noise
+    copied to the device) even when the device is the CPU; tests compare it with the default.
     """
     plan = plan_round(len(data), config)
     if ledger is not None:
         check_budget(ledger, plan)
+    device = resolve_device(config.device)
     model.load_state_dict(global_state)
+    moved = device_path or device.type != "cpu"
+    if moved:
+        model.to(device)
     anchor = {k: v.detach().clone() for k, v in model.state_dict().items()}
     x, y = data.tensors()
+    if moved:
+        x, y = x.to(device, copy=True), y.to(device, copy=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)  # for modules that draw randomness themselves (dropout)
         generator = torch.Generator().manual_seed(config.seed)
@@ -212,16 +370,23 @@ def train_local(
             history = privacy_history if privacy_history is not None else PrivacyHistory()
             # The masks and the noise each get a stream forked from this one (see the engines).
             source = randomness if randomness is not None else SecureRandom()
-            _train_private(model, x, y, config, plan, source, history=history, ledger=ledger)
+            noise_device = device if moved else None  # None: the default path (no copy)
+            _train_private(
+                model, x, y, config, plan, source, history=history, ledger=ledger, noise_device=noise_device
+            )
         else:
             _train_plain(model, x, y, config, plan, generator)
     state = model.state_dict()
     update = {
         k: (state[k] - anchor[k]) if anchor[k].is_floating_point() else state[k].clone() for k in anchor
     }
+    metrics = evaluate(model, x, y)
+    if moved:  # what leaves training lives on the CPU, wherever it was computed
+        update = {k: v.cpu() for k, v in update.items()}
+        model.to("cpu")
     privacy = PrivacySpent.of(history, delta=config.delta) if config.private else None
     return TrainResult(
-        update=update, num_samples=len(data), metrics=evaluate(model, x, y), steps=plan.steps, privacy=privacy
+        update=update, num_samples=len(data), metrics=metrics, steps=plan.steps, privacy=privacy
     )
 
 
@@ -248,19 +413,20 @@ def add_proximal_gradient(anchors: list[tuple[nn.Parameter, torch.Tensor]], mu: 
 
 
 def _shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    while True:
-        yield from torch.randperm(n, generator=generator).split(batch_size)
+    """Full batches of a fresh permutation per epoch; an epoch's tail shorter than a batch is dropped.
 
-
-def _poisson_batches(n: int, sample_rate: float, randomness: NoiseSource) -> Iterator[torch.Tensor]:
-    """Each example joins each batch independently with probability ``sample_rate``.
-
-    The privacy amplification that the RDP analysis assumes holds for exactly
-    this sampling, which is why batches vary in size and may be empty; it holds only
-    while the batches are secret, hence the secret stream.
+    A tail step would take the full learning rate on a handful of examples (a share of 450 at
+    batch 64 ends every epoch with a batch of 2): a gradient of that noise made members that
+    train past one epoch diverge now and then (bench/heterogeneity.py's adaptive arm). With
+    fewer examples than a batch, every step is the whole (shuffled) data.
     """
+    full = n // batch_size
     while True:
-        yield torch.nonzero(randomness.poisson_mask(n, sample_rate)).flatten()
+        order = torch.randperm(n, generator=generator)
+        if full == 0:
+            yield order
+            continue
+        yield from order[: full * batch_size].split(batch_size)
 
 
 def _train_plain(
@@ -278,8 +444,10 @@ def _train_plain(
     # A model may train on a cheaper loss than the full cross-entropy (fl_node.sparse_models.lm:
     # a sampled softmax); evaluation and DP-SGD, which needs per-example losses, use the full one.
     loss_of = getattr(model, "training_loss", None) or (lambda a, b: nn.functional.cross_entropy(model(a), b))
-    for _, idx in zip(range(plan.steps), batches, strict=False):
+    for step, idx in zip(range(plan.steps), batches, strict=False):
+        _at_step(step)
         optimizer.zero_grad(set_to_none=True)
+        idx = idx.to(x.device)
         loss_of(x[idx], y[idx]).backward()
         add_proximal_gradient(anchors, config.proximal_mu)
         optimizer.step()
@@ -295,15 +463,24 @@ def _train_private(
     *,
     history: PrivacyHistory,
     ledger: BudgetLedger | None,
+    noise_device: torch.device | None = None,
 ) -> None:
+    """DP-SGD steps; ``noise_device`` (the training device off the CPU) takes the device path."""
     assert plan.noise_multiplier is not None
     model.train()
     anchors = _proximal_anchors(model, config)
     mode = resolve_grad_sample_mode(model, config.grad_sample_mode)
+    record = _accounting_hook(plan, history, ledger)
+    # Each example joins each batch independently with probability sample_rate: the privacy
+    # amplification that the RDP analysis assumes holds for exactly this sampling (batches vary
+    # in size and may be empty), and only while the batches are secret, hence the secret stream.
+    masks = poisson_batches(randomness.fork("poisson"), len(y), plan.sample_rate)
+    batches: Iterator[torch.Tensor] = masks
+    if noise_device is not None:  # the masks are drawn on the CPU; the batch is gathered on the device
+        batches = (idx.to(noise_device, non_blocking=True) for idx in masks)
     if mode == "bk":
-        _train_private_bk(
-            model, x, y, config, plan, randomness, anchors, _accounting_hook(plan, history, ledger)
-        )
+        with contextlib.closing(masks):
+            _train_private_bk(model, x, y, config, plan, randomness, anchors, record, batches, noise_device)
         return
     wrapped = prepare_module(model, mode)
     optimizer = SecretNoiseDPOptimizer(
@@ -312,11 +489,12 @@ def _train_private(
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
         randomness=randomness.fork("noise"),
+        noise_device=noise_device,
     )
-    optimizer.attach_step_hook(_accounting_hook(plan, history, ledger))
+    optimizer.attach_step_hook(record)
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, randomness.fork("poisson"))
-        for _, idx in zip(range(plan.steps), batches, strict=False):
+        for step, idx in zip(range(plan.steps), batches, strict=False):
+            _at_step(step)
             optimizer.zero_grad(set_to_none=True)
             if len(idx) == 0:
                 _empty_grad_samples(optimizer)  # still a noisy step: skipping would reveal the empty batch
@@ -326,6 +504,7 @@ def _train_private(
                 add_proximal_gradient(anchors, config.proximal_mu)
                 optimizer.original_optimizer.step()
     finally:
+        masks.close()
         optimizer.close()
         optimizer.zero_grad(set_to_none=True)
         wrapped._close()
@@ -355,6 +534,8 @@ def _train_private_bk(
     randomness: NoiseSource,
     anchors: list[tuple[nn.Parameter, torch.Tensor]],
     record: Callable[[object], None],
+    batches: Iterator[torch.Tensor],
+    noise_device: torch.device | None,
 ) -> None:
     """The same mechanism as the Opacus loop, with fl_node.dp_engine computing the noisy gradient.
 
@@ -370,10 +551,11 @@ def _train_private_bk(
         expected_batch_size=config.batch_size,
         noise=randomness.fork("noise"),
         loss_reduction="mean",
+        noise_device=noise_device,
     )
     try:
-        batches = _poisson_batches(len(y), plan.sample_rate, randomness.fork("poisson"))
-        for _, idx in zip(range(plan.steps), batches, strict=False):
+        for step, idx in zip(range(plan.steps), batches, strict=False):
+            _at_step(step)
             optimizer.zero_grad(set_to_none=True)
             if len(idx) > 0:
                 nn.functional.cross_entropy(engine.forward(x[idx]), y[idx]).backward()
@@ -390,11 +572,14 @@ def _accounting_hook(
     plan: StepPlan, history: PrivacyHistory, ledger: BudgetLedger | None
 ) -> Callable[[object], None]:
     """Record every noisy step as it happens, so a crash mid-round cannot under-count."""
+    noise = plan.noise_multiplier
+    if noise is None:
+        raise ValueError("only a DP plan (with a noise multiplier) is accounted")
 
     def record(_optimizer: object) -> None:
-        history.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
+        history.record(noise_multiplier=noise, sample_rate=plan.sample_rate)
         if ledger is not None:
-            ledger.record(noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate)
+            ledger.record(noise_multiplier=noise, sample_rate=plan.sample_rate)
 
     return record
 
@@ -407,11 +592,16 @@ class SecretNoiseDPOptimizer(DPOptimizer):
     """
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, *, randomness: NoiseSource, **kwargs: object
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        randomness: NoiseSource,
+        noise_device: torch.device | str | None = None,
+        **kwargs: object,
     ) -> None:
-        super().__init__(optimizer, **kwargs)  # type: ignore[arg-type]
+        super().__init__(optimizer, **kwargs)
         self.noise = randomness
-        self._noise = StepNoise(randomness, self.params)
+        self._noise = StepNoise(randomness, self.params, device=noise_device)
 
     def add_noise(self) -> None:
         std = self.noise_multiplier * self.max_grad_norm
@@ -429,7 +619,7 @@ class SecretNoiseDPOptimizer(DPOptimizer):
 
 def _empty_grad_samples(optimizer: DPOptimizer) -> None:
     for p in optimizer.params:
-        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
 
 
 @torch.no_grad()

@@ -9,7 +9,9 @@ A, B, C, D, E = (f"0x{i:040x}" for i in (0xA, 0xB, 0xC, 0xD, 0xE))
 
 def test_median_odd_even_and_empty():
     assert median_score([3, 1, 2]) == 2
-    assert median_score([1, 4]) == 2  # floor of 2.5
+    assert median_score([1, 4]) == 1  # the lower of the middle pair
+    assert median_score([0, 10_000]) == 0  # one colluder against one honest seat carries nothing
+    assert median_score([9, 1, 7, 3]) == 3
     assert median_score([]) == 0
 
 
@@ -25,16 +27,26 @@ def test_top_k_by_median_with_zero_scores_never_accepted():
         E: {A: 8000, B: 9500, C: 0},
     }
     out = decide_round([A, B, C], scores, top_k=3, committee_size=2, current_committee=[D, E])
-    assert out.medians == {A: 8500, B: 4800, C: 0}
+    # two seats: the lower score counts, so B (one member's 100) is ranked but not carried by E alone
+    assert out.medians == {A: 8000, B: 100, C: 0}
     assert out.accepted == [A, B]
     assert out.next_committee == [A, B]
 
 
-def test_ties_are_broken_by_smaller_address():
+def test_ties_are_broken_by_the_round_seed_not_by_the_address():
+    """Equal medians go by keccak(tie_seed, address), smaller first: no address wins every tie."""
+    from eth_utils import keccak
+
     scores = {D: {C: 7000, A: 7000, B: 7000}}
-    out = decide_round([C, B, A], scores, top_k=2, committee_size=1, current_committee=[D])
-    assert out.accepted == [A, B]
-    assert out.next_committee == [A]
+    firsts = set()
+    for seed in (bytes(32), b"\x01" * 32, b"\x02" * 32, b"\x03" * 32, b"\x04" * 32, b"\x05" * 32):
+        out = decide_round([C, B, A], scores, top_k=2, committee_size=1, current_committee=[D], tie_seed=seed)
+        order = sorted([A, B, C], key=lambda t: keccak(seed + bytes(12) + bytes.fromhex(t[2:])))
+        assert out.ranking == order and out.accepted == order[:2] and out.next_committee == order[:1]
+        firsts.add(out.ranking[0])
+    assert len(firsts) > 1  # another seed, another winner of the tie (6 seeds, 3 candidates)
+    with pytest.raises(ValueError):
+        decide_round([A], scores, top_k=1, committee_size=1, tie_seed=b"short")
 
 
 def test_missing_committee_member_is_ignored_and_seats_filled_from_current_committee():

@@ -53,6 +53,20 @@ def test_zipf_text_is_zipfian_and_learnable_in_principle():
     assert np.sum((purity > 0.9) & (per_class.sum(axis=0) > 20)) >= 20
 
 
+def test_zipf_text_plants_its_class_tokens_within_the_given_ranks():
+    text = load_dataset("zipf_text", seed=0, num_samples=2000, vocab_size=20_000, indicative_ranks=(200, 499))
+    x, y = text.train.x, text.train.y
+    per_class = np.stack([np.bincount(x[y == c].ravel(), minlength=20_000) for c in range(text.num_classes)])
+    purity = per_class.max(axis=0) / np.maximum(per_class.sum(axis=0), 1)
+    pure = np.flatnonzero((purity > 0.9) & (per_class.sum(axis=0) > 20))
+    assert len(pure) >= 15 and pure.min() >= 201 and pure.max() <= 499  # token id = rank + 1
+    default = load_dataset("zipf_text", seed=0, num_samples=200, vocab_size=20_000)
+    assert np.array_equal(default.train.x, load_dataset("zipf_text", seed=0, num_samples=200).train.x)
+    for bad in [(0, 50), (200, 250), (19_990, 20_001), (300, 200)]:  # rank 0 / too few / past the end / empty
+        with pytest.raises(ValueError, match="indicative_ranks"):
+            load_dataset("zipf_text", seed=0, num_samples=50, vocab_size=20_000, indicative_ranks=bad)
+
+
 def test_unknown_dataset_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown dataset 'cifar'.*mnist"):
         load_dataset("cifar")

@@ -11,12 +11,13 @@ from opacus.optimizers import DPOptimizer
 from torch import nn
 
 from fl_node.data import load_dataset
-from fl_node.dp_engine import BookKeepingDP, unsupported_reason
+from fl_node.dp_engine import BookKeepingDP, StepNoise, unsupported_reason
 from fl_node.models import create_model
 from fl_node.secure_random import SecureRandom
 from fl_node.train import TrainConfig, resolve_grad_sample_mode, train_local
 
 warnings.filterwarnings("ignore", message=".*(Secure RNG|backward hook).*")
+CUDA = torch.cuda.is_available()
 
 
 def _models():
@@ -47,6 +48,36 @@ def _models():
         nn.Linear(32, 5),
     )
     yield "mixed", mixed, (3, 5, 6)
+    torch.manual_seed(6)
+    convs = nn.Sequential(  # per-example convolution gradients: by kernel rows, unfolded
+        # fewer channels than kernel columns, several channels, a stride that skips the last padded row
+        nn.Conv2d(2, 6, (3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2)),
+        nn.Tanh(),
+        nn.Conv2d(6, 4, 2, stride=2),  # unfolded (4 positions, 4 channels); the stride skips the last column
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
+    yield "conv strides", convs, (2, 8, 9)
+    torch.manual_seed(9)
+    dilated = nn.Sequential(
+        # by kernel rows with a row dilation (each row its own start), then one group per example
+        nn.Conv2d(1, 3, (3, 4), stride=(2, 1), padding=(2, 1), dilation=(2, 1)),
+        nn.Tanh(),
+        nn.Conv2d(3, 2, 2),
+        nn.Flatten(),
+        nn.Linear(40, 3),
+    )
+    yield "conv dilated rows", dilated, (1, 9, 7)
+    torch.manual_seed(8)
+    # One output position: the ghost norm's "no sequence" case with the unfolded input in (kh, kw, C) order.
+    yield "conv one position", nn.Sequential(nn.Conv2d(4, 3, 3), nn.Flatten(), nn.Linear(3, 2)), (4, 3, 3)
+    torch.manual_seed(7)
+    frozen_conv = nn.Sequential(
+        nn.Conv2d(1, 3, 3), nn.GroupNorm(3, 3), nn.ReLU(), nn.Conv2d(3, 4, 2), nn.Flatten(), nn.Linear(16, 3)
+    )
+    for layer in frozen_conv[:2] + frozen_conv[3:4]:  # a bias-only layer of each kind
+        layer.weight.requires_grad_(False)
+    yield "frozen conv weights", frozen_conv, (1, 5, 5)
     torch.manual_seed(5)
     frozen = nn.Sequential(nn.Flatten(), nn.Linear(12, 7), nn.ELU(), nn.Linear(7, 3))
     frozen[1].bias.requires_grad_(False)
@@ -110,31 +141,32 @@ def test_clipped_noisy_gradient_equals_opacus(batch, noise):
 
 
 def test_every_norm_strategy_is_exercised():
-    models = {label: (model, shape) for label, model, shape in _models()}
+    """The models that test_clipped_noisy_gradient_equals_opacus checks take every path."""
     plans = {}
-    for label in ("cnn mnist", "mixed"):
-        model, shape = models[label]
+    for label, model, shape in _models():
         engine = BookKeepingDP(model, noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=4)
-        nn.functional.cross_entropy(
-            engine.forward(torch.rand(4, *shape)), torch.tensor([0, 1, 2, 3])
-        ).backward()
+        y = torch.tensor([0, 1, 2, 3]) % model[-1].out_features
+        nn.functional.cross_entropy(engine.forward(torch.rand(4, *shape)), y).backward()
         engine.privatize()
         plans[label] = engine.layer_plans()
     assert plans["cnn mnist"] == [
-        "Conv2d materialized",
+        "Conv2d materialized rows",
         "GroupNorm materialized",
-        "Conv2d materialized",
+        "Conv2d materialized unfolded",
         "GroupNorm materialized",
         "Linear reweight",
         "Linear reweight",
     ]
     assert plans["mixed"] == [
-        "Conv2d materialized",
+        "Conv2d materialized grouped",
         "GroupNorm materialized",
         "Conv2d reweight",
         "Linear reweight",
         "Linear reweight",
     ]
+    assert plans["conv strides"][:2] == ["Conv2d materialized rows", "Conv2d materialized unfolded"]
+    assert plans["conv dilated rows"][:2] == ["Conv2d materialized rows", "Conv2d materialized grouped"]
+    assert "Conv2d materialized" in plans["frozen conv weights"]  # bias only
 
 
 def test_channels_last_model_equals_opacus_on_the_contiguous_one():
@@ -220,3 +252,100 @@ def test_text_model_falls_back_and_trains():
     state = {k: v.clone() for k, v in model.state_dict().items()}
     result = train_local(model, state, text.train, TrainConfig(noise_multiplier=1.0, local_steps=2))
     assert result.privacy.steps == 2
+
+
+# ------------------------------------------------------------ the device path (DP-SGD off the CPU)
+
+
+def _noise_draws(device, steps=3):
+    params = [torch.zeros(7, 3), torch.zeros(5)]
+    if device is not None and torch.device(device).type == "cuda":
+        params = [p.to(device) for p in params]
+    noise = StepNoise(SecureRandom(bytes(range(32))).fork("noise"), params, device=device)
+    try:
+        return noise, [noise.draw(0.7) for _ in range(steps)]
+    finally:
+        noise.close()
+
+
+def test_prefetched_noise_is_the_stream_in_order():
+    """Drawn during its step (prefetch; none for an empty batch) or one step ahead: the same draws."""
+    _, ahead = _noise_draws(None, steps=4)
+    params = [torch.zeros(7, 3), torch.zeros(5)]
+    noise = StepNoise(SecureRandom(bytes(range(32))).fork("noise"), params, ahead=False)
+    drawn = []
+    for step in range(4):
+        if step != 2:  # step 2: an empty batch, no forward, so nothing prefetched
+            noise.prefetch(0.7)
+        drawn.append(noise.draw(0.7))
+    noise.close()
+    for (flat_a, _), (flat_b, views_b) in zip(ahead, drawn, strict=True):
+        assert torch.equal(flat_a, flat_b)
+        assert [v.shape for v in views_b] == [(7, 3), (5,)] and views_b[0].data_ptr() == flat_b.data_ptr()
+
+
+def test_the_device_path_delivers_the_same_secret_draws_in_fresh_buffers():
+    """The noise is drawn on the CPU from the same stream whatever the device: the device path,
+    run on the CPU, copies each draw into a buffer of its own and changes no value."""
+    default, plain = _noise_draws(None)
+    staged, moved = _noise_draws("cpu")
+    assert default.device is None and staged.device == torch.device("cpu")
+    for (flat_a, _), (flat_b, views_b) in zip(plain, moved, strict=True):
+        assert torch.equal(flat_a, flat_b) and flat_a.data_ptr() != flat_b.data_ptr()
+        assert [v.shape for v in views_b] == [(7, 3), (5,)]
+        assert views_b[0].data_ptr() == flat_b.data_ptr()  # views of the delivered buffer
+    assert not torch.equal(plain[0][0], plain[1][0])  # each step a fresh draw
+    with pytest.raises(ValueError, match="several devices"):
+        StepNoise(SecureRandom(), [torch.zeros(2), torch.zeros(2, device="meta")])
+
+
+def test_bk_on_the_device_path_is_byte_identical_to_the_default_path():
+    """Per-example norms, clipping and the noisy sum on the device path (run on the CPU) give
+    the default path's gradient bit for bit, from the same secret key."""
+    model = create_model("cnn", input_shape=(1, 28, 28), num_classes=10, seed=0)
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.rand(24, 1, 28, 28, generator=gen), torch.randint(0, 10, (24,), generator=gen)
+    grads = []
+    for device in (None, "cpu"):
+        copy_ = copy.deepcopy(model)
+        engine = BookKeepingDP(
+            copy_,
+            noise_multiplier=1.3,
+            max_grad_norm=0.5,
+            expected_batch_size=32,
+            noise=SecureRandom(bytes(32)).fork("noise"),
+            noise_device=device,
+        )
+        for _ in range(2):  # the second step's noise was drawn ahead
+            nn.functional.cross_entropy(engine.forward(x), y).backward()
+            engine.privatize()
+        engine.close()
+        grads.append([p.grad for p in copy_.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device: the GPU run needs one")
+def test_dp_sgd_on_the_gpu_uses_the_cpu_secret_draws():
+    _, cpu = _noise_draws(None)
+    staged, gpu = _noise_draws("cuda")
+    assert staged.device.type == "cuda"
+    for (flat_cpu, _), (flat_gpu, _) in zip(cpu, gpu, strict=True):
+        assert flat_gpu.device.type == "cuda" and torch.equal(flat_gpu.cpu(), flat_cpu)
+    digits = load_dataset("digits", seed=0)
+    updates = []
+    for device in ("cpu", "cuda"):
+        for mode in ("bk", "ew"):
+            model = create_model("cnn", seed=0, **digits.model_kwargs())
+            state = {k: v.clone() for k, v in model.state_dict().items()}
+            config = TrainConfig(
+                noise_multiplier=1.1, local_steps=6, batch_size=32, grad_sample_mode=mode, device=device
+            )
+            result = train_local(model, state, digits.train, config, randomness=SecureRandom(bytes(32)))
+            assert next(model.parameters()).device.type == "cpu"
+            updates.append(result)
+    for result in updates[1:]:
+        assert result.privacy.history == updates[0].privacy.history
+        for key, value in updates[0].update.items():
+            assert result.update[key].device.type == "cpu"
+            assert torch.allclose(result.update[key], value, atol=1e-4), key

@@ -8,6 +8,7 @@ import torch
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.normalized_average import (
     WorkUpdate,
+    capped_lr,
     clamp_steps,
     normalized_average,
     nova_weights,
@@ -163,3 +164,51 @@ def test_a_given_server_step_scales_the_normalized_mean():
     for bad in (0.0, -1.0, float("nan"), float("inf"), "2"):
         with pytest.raises(ValueError, match="tau_eff"):
             normalized_average(g, updates, max_steps=10, tau_eff=bad)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_capped_lr_keeps_the_trajectory_at_the_nominal_length(momentum):
+    # Up to the cap: the job's lr. Beyond: lr * a(cap) / a(steps), so lr x work norm is constant.
+    assert capped_lr(0.1, 3, cap_steps=7, momentum=momentum) == 0.1
+    assert capped_lr(0.1, 7, cap_steps=7, momentum=momentum) == 0.1
+    for steps in (8, 14, 28):
+        lr = capped_lr(0.1, steps, cap_steps=7, momentum=momentum)
+        assert lr < 0.1
+        assert lr * work_norm(steps, momentum) == pytest.approx(0.1 * work_norm(7, momentum), rel=1e-12)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_capped_lr_is_what_torch_sgd_moves_under_a_constant_gradient(momentum):
+    # The cap's claim, checked on torch's optimizer: 4x the steps at the capped lr move exactly
+    # as far as the nominal steps at the job's lr (for a constant gradient).
+    def moved(steps, lr):
+        x = torch.zeros(3, requires_grad=True)
+        opt = torch.optim.SGD([x], lr=lr, momentum=momentum)
+        for _ in range(steps):
+            opt.zero_grad()
+            (x * torch.tensor([1.0, -2.0, 0.5])).sum().backward()
+            opt.step()
+        return x.detach()
+
+    nominal = moved(7, 0.1)
+    more = moved(28, capped_lr(0.1, 28, cap_steps=7, momentum=momentum))
+    assert torch.allclose(more, nominal, rtol=1e-5)
+
+
+def test_cap_steps_normalizes_by_the_capped_work():
+    # Under the lr cap every delta of at least cap_steps has the nominal work norm: with all of
+    # them above the cap, FedNova is FedAvg byte for byte whatever their steps.
+    updates = _updates([7, 14, 28])
+    capped = normalized_average(GLOBAL, updates, max_steps=28, momentum=0.5, cap_steps=7)
+    fedavg, _ = get_strategy("fedavg").aggregate(
+        GLOBAL, [WeightedUpdate(u.update, u.num_samples, u.id) for u in updates]
+    )
+    for name in fedavg:
+        assert torch.equal(capped[name], fedavg[name]), name
+    # A trainer below the cap ran at the job's lr: its delta is scaled up by a(cap) / a(steps).
+    factors, tau_eff = nova_weights([1, 1], [3, 7], momentum=0.5, cap_steps=7, tau_eff=work_norm(7, 0.5))
+    assert tau_eff == work_norm(7, 0.5)
+    assert factors == pytest.approx([0.5 * work_norm(7, 0.5) / work_norm(3, 0.5), 0.5])
+    # Without the cap the 28-step delta would be divided by its own (4x larger) norm.
+    uncapped = normalized_average(GLOBAL, updates, max_steps=28, momentum=0.5)
+    assert not torch.equal(uncapped["w"], capped["w"])

@@ -7,7 +7,7 @@ import torch
 
 from fl_node.aggregate import WeightedUpdate, available_strategies
 from fl_node.attacks import BOUND_SHARE, INFLATED_SAMPLES
-from fl_node.committee import MAX_SCORE
+from fl_node.committee import MAX_SCORE, decide_round
 from fl_node.robust import (
     apply_sign_majority,
     cap_samples,
@@ -16,8 +16,10 @@ from fl_node.robust import (
     first_by_hash,
     get_strategy,
     median_norm,
+    scale_step,
     sign_majority_mask,
     update_norm,
+    verified_share,
     within_norm_bound,
 )
 from fl_node.score import BASE_SCORE
@@ -119,6 +121,25 @@ def test_one_colluder_on_a_committee_of_three_cannot_carry_its_accomplice():
     assert [u.trainer for u in first.updates if u.accepted] != [4]
 
 
+def test_one_colluder_makes_a_median_the_better_honest_score_and_a_margin_asks_that_for_a_clear_gain():
+    # Members c (colluding), h1, h2 (honest, relative scores). The colluder tops its accomplice a and
+    # zeroes the honest trainer b: a's median is the better honest score, b's the worse one. At margin 0
+    # a borderline accomplice (one honest member sees +60 bp, the other -40) is accepted; at 100 bp it is
+    # not, while an honest update both honest members see gain clearly still is (bench/robustness.py).
+    a, b = "0x" + "a" * 40, "0x" + "b" * 40
+    scores = {
+        "c": {a: MAX_SCORE, b: 0},
+        "h1": {a: BASE_SCORE + 60, b: BASE_SCORE + 300},
+        "h2": {a: BASE_SCORE - 40, b: BASE_SCORE + 250},
+    }
+    base = dict.fromkeys(scores, BASE_SCORE)
+    loose = decide_round([a, b], scores, top_k=2, committee_size=3, base_scores=base, margin=0)
+    assert loose.medians == {a: BASE_SCORE + 60, b: BASE_SCORE + 250}
+    assert sorted(loose.accepted) == sorted([a, b])
+    strict = decide_round([a, b], scores, top_k=2, committee_size=3, base_scores=base, margin=100)
+    assert strict.accepted == [b]
+
+
 def test_a_captured_committee_carries_noise_through_the_median_but_not_past_the_aggregation_bound():
     # seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains and sends noise.
     common = dict(attack="gaussian:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1)
@@ -207,6 +228,40 @@ def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_d
     assert moved(voted) < moved(clipped)
 
 
+def test_a_round_that_accepts_fewer_than_top_k_applies_only_the_share_the_committee_scored():
+    # The captured committee of the test above carries the boosted backdoor alone (1 of top_k 3):
+    # clipped, it would move the model by the median norm; with the verified step by a third of that.
+    common = dict(
+        attack="backdoor:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1, norm_bound=4.0
+    )
+    clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
+    verified = _run(**common, adaptive_attack=True, clip_to_median=True, verified_step=True)
+    for result in (clipped, verified):
+        assert [u.trainer for u in result.rounds[0].updates if u.accepted] == [5]
+    _, first_model = prepared_model_and_data("digits", "mlp", seed=1)
+    start = first_model.state_dict()
+    for name, value in start.items():
+        step = verified.final_state[name] - value
+        assert torch.allclose(step, (clipped.final_state[name] - value) / 3, atol=1e-6)
+    # A round that accepts top_k or more takes the whole step; nothing accepted takes none.
+    assert verified_share(3, 3) == verified_share(5, 3) == 1.0 and verified_share(0, 4) == 0.0
+    assert verified_share(1, 4) == 0.25
+    for accepted, top_k in ((-1, 3), (1, 0)):
+        with pytest.raises(ValueError):
+            verified_share(accepted, top_k)
+
+
+def test_scale_step_scales_only_the_named_tensors_and_bounds_the_share():
+    old = {"w": torch.zeros(2), "b": torch.ones(1)}
+    new = {"w": torch.tensor([4.0, -2.0]), "b": torch.tensor([3.0])}
+    out = scale_step(old, new, ["w"], 0.25)
+    assert out["w"].tolist() == [1.0, -0.5] and torch.equal(out["b"], new["b"])
+    assert torch.equal(scale_step(old, new, ["w", "b"], 0.0)["b"], old["b"])
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError):
+            scale_step(old, new, ["w"], bad)
+
+
 def test_the_median_norm_ignores_zero_and_non_finite_updates_and_clipping_only_shortens():
     updates = _votes([3.0, 4.0], [0.0, 0.0], [6.0, 8.0], [30.0, 40.0], [float("nan"), 1.0])
     assert median_norm(updates) == 10.0  # of 5, 10, 50: the boosted one cannot raise it
@@ -232,3 +287,152 @@ def test_witnesses_count_only_where_they_are_still():
     assert sign_majority_mask(step, honest + mover, witnesses=saboteurs)["w"].tolist() == [1.0, 0.0]
     assert sign_majority_mask(step, mover, witnesses=saboteurs[:0])["w"].tolist() == [1.0, 1.0]
     assert sign_majority_mask(step, [], witnesses=saboteurs) is None
+
+
+def test_chain_draws_seat_the_first_committee_by_the_drawn_seed_not_by_node_order():
+    from fl_node.committee import _tie_key
+    from fl_node.simulate import _chain_seed, node_address
+
+    common = dict(nodes=6, committee=3, rounds=1)
+    fixed = _run(**common)
+    assert fixed.rounds[0].committee == [0, 1, 2]
+    config = SimulationConfig(
+        dataset="digits", partition="iid", score_privacy="public", seed=3, chain_draws=True, **common
+    )
+    seed = _chain_seed(config, "start")
+    expected = sorted(range(6), key=lambda i: _tie_key(seed, node_address(3, i)))[:3]
+    drawn = _run(**common, chain_draws=True)
+    assert drawn.rounds[0].committee == expected
+    assert expected != [0, 1, 2]  # this seed's draw is not the fixed seats
+    assert _chain_seed(config, "tie", 0) != _chain_seed(config, "tie", 1)  # a fresh tie order each round
+
+
+def test_absent_nodes_take_no_part_and_are_the_nodes_the_attack_would_pick():
+    labelled = _run(attack="label_flip:0.4", rounds=1)
+    absent = _run(attack="absent:0.4", rounds=1)
+    assert labelled.attackers == [1, 3]  # seed 3's pick at 40% of 5
+    assert absent.attackers == []  # nobody attacks: the attackers are simply not there
+    (first,) = absent.rounds
+    seen = set(first.committee) | {u.trainer for u in first.updates}
+    assert seen == {0, 2, 4} and first.committee == [0]
+    with pytest.raises(ValueError):
+        _run(attack="absent:0.4", committee=3, rounds=1)  # 3 nodes left: no trainer beside a committee of 3
+
+
+def _random_updates(count: int, *, seed: int) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        {"w": torch.randn(4, 3, generator=generator) * (i + 1), "b": torch.randn(3, generator=generator)}
+        for i in range(count)
+    ]
+
+
+def test_defended_aggregate_is_the_bound_the_clip_the_vote_and_the_verified_step_in_turn():
+    from fl_node.robust import RoundDefense, defended_aggregate, vote_signs
+
+    state = {"w": torch.zeros(4, 3), "b": torch.ones(3), "steps": torch.tensor([5])}
+    submitted = _random_updates(5, seed=7)
+    submitted[3]["w"][0, 0] = float("inf")  # accepted by a captured committee: dropped, never averaged
+    accepted = [WeightedUpdate(u, n, f"h{n}") for n, u in enumerate(submitted[:4], start=1)]
+    defense = RoundDefense(
+        top_k=4, norm_bound=50.0, clip_to_median=True, sign_vote="zero", verified_step=True
+    )
+    fedavg = get_strategy("fedavg")
+    voters, witnesses = submitted[:3], submitted[4:]
+    clip = median_norm(voters + witnesses)
+    out, _ = defended_aggregate(
+        fedavg,
+        state,
+        accepted,
+        defense=defense,
+        clip_norm=clip,
+        voters=[vote_signs(u) for u in voters],
+        witnesses=[vote_signs(u) for u in witnesses],
+    )
+    # The same steps one by one, with the functions the simulator used before it called this one.
+    kept = [WeightedUpdate(clip_update(u.update, clip), u.num_samples, u.id) for u in accepted[:3]]
+    expected, _ = fedavg.aggregate(state, kept)
+    expected = apply_sign_majority(state, expected, voters, witnesses=witnesses)
+    expected = scale_step(state, expected, ["b", "w"], 3 / 4)
+    for name in ("w", "b"):
+        assert torch.equal(out[name], expected[name])
+    assert torch.equal(out["steps"], state["steps"])
+    # Nothing left to combine: the model stays, with its server state.
+    same, server = defended_aggregate(fedavg, state, accepted[3:], defense=defense, server_state={"m": 1})
+    assert server == {"m": 1} and all(torch.equal(same[n], state[n]) for n in state)
+    with pytest.raises(ValueError):
+        RoundDefense(top_k=0)
+    with pytest.raises(ValueError):
+        RoundDefense(top_k=1, norm_bound=float("inf"))
+
+
+def test_vote_roles_keep_the_updates_judged_harmful_as_witnesses_only():
+    from fl_node.robust import aggregation_clip_norm, vote_roles, vote_signs
+
+    medians = {"good": 5200, "harmful": 4800, "useless": 5000, "carried": 0, "rider": 5000}
+    voters, witnesses = vote_roles(list(medians), medians, base_median=5000, margin=0)
+    assert voters == ["good", "carried"] and witnesses == ["harmful", "useless", "rider"]
+    # With a margin, an update must gain more than it to vote.
+    assert vote_roles(["good"], medians, base_median=5000, margin=200) == ([], ["good"])
+    assert vote_signs({"w": torch.zeros(3)}) is None  # an all-zero update abstains
+    assert vote_signs({"w": torch.tensor([2.0, -0.5, 0.0])})["w"].tolist() == [1, -1, 0]
+    assert aggregation_clip_norm([3.0, 0.0], [5.0, math.inf]) == 3.0  # lower middle of 3 and 5
+    assert aggregation_clip_norm([], [0.0]) is None
+
+
+def test_member_scores_are_the_clipped_relative_scores_and_zero_for_the_unusable():
+    from fl_node.score import member_scores, relative_update_score, score_update
+
+    splits, model = prepared_model_and_data("digits", "mlp", seed=0)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = splits.val.tensors()
+    floats = [k for k, v in state.items() if v.is_floating_point()]
+    generator = torch.Generator().manual_seed(1)
+    updates = {
+        f"t{i}": {k: torch.randn(state[k].shape, generator=generator) * 0.05 * (i + 1) for k in floats}
+        for i in range(3)
+    }
+    updates["boosted"] = {k: v * 40 for k, v in updates["t0"].items()}
+    updates["unreadable"] = None
+    bound = 0.9 * update_norm(updates["boosted"])  # the boosted one is over the job's bound
+    scores = member_scores(model, state, updates, x, y, scale=1 / 3, norm_bound=bound)
+    base = score_update(
+        model, state, {k: torch.zeros_like(state[k]) for k in floats}, x, y, metric="likelihood"
+    )
+    clip = median_norm([updates[t] for t in ("t0", "t1", "t2")])
+    for trainer in ("t0", "t1", "t2"):
+        expected = relative_update_score(
+            model, state, updates[trainer], x, y, base_value=base, scale=1 / 3, clip_norm=clip
+        )
+        assert scores[trainer] == expected and 0 < expected <= MAX_SCORE
+    assert scores["boosted"] == scores["unreadable"] == 0
+    assert scores["t2"] == relative_update_score(  # t2 is the longest: clipped to t1's norm
+        model, state, updates["t2"], x, y, base_value=base, scale=1 / 3, clip_norm=update_norm(updates["t1"])
+    )
+    # Without the clip, the longest update is scored at its own length.
+    unclipped = member_scores(
+        model, state, updates, x, y, scale=1 / 3, norm_bound=bound, clip_to_median=False
+    )
+    assert unclipped["t0"] == scores["t0"]  # t0 is shorter than the median: never clipped
+
+
+def test_a_job_config_names_its_defenses_only_when_it_has_them():
+    from backend.jobs.config import ConfigError, DPConfig, JobConfig
+
+    common = dict(
+        name="j",
+        model="mlp",
+        input_shape=(64,),
+        num_classes=10,
+        schema_hash="0x" + "0" * 64,
+        rounds=2,
+        dp=DPConfig(mode="none"),
+    )
+    plain = JobConfig(**common)
+    assert b"robust" not in plain.to_bytes() and b"norm_bound" not in plain.to_bytes()  # older bytes kept
+    robust = JobConfig(**common, robust=True, norm_bound=8.0)
+    again = JobConfig.from_bytes(robust.to_bytes())
+    assert again.robust is True and again.norm_bound == 8.0
+    for bad in (float("nan"), float("inf"), -1.0, 1e31, True):
+        with pytest.raises(ConfigError):
+            JobConfig(**common, norm_bound=bad)

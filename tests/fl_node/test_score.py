@@ -240,3 +240,28 @@ def test_relative_update_score_evaluates_the_update_at_its_share_and_rejects_mal
             )
     with pytest.raises(ValueError):
         relative_update_score(model, global_state, good, x_val, y_val, base_value=base, scale=0.0)
+
+
+def test_relative_update_score_scores_a_boosted_update_as_the_clipped_step_it_can_make(setup):
+    model, global_state, good, x_val, y_val = setup
+    zeros = {name: torch.zeros_like(t) for name, t in global_state.items()}
+    base = score_update(model, global_state, zeros, x_val, y_val, metric="likelihood")
+    norm = float(sum((value.double() ** 2).sum() for value in good.values()) ** 0.5)
+    half = {name: value / 2 for name, value in good.items()}
+    boosted = {name: value * 5 for name, value in half.items()}  # 2.5x the good update's length
+
+    def score(update, clip):
+        return relative_update_score(
+            model, global_state, update, x_val, y_val, base_value=base, scale=0.25, clip_norm=clip
+        )
+
+    # Clipped to the good update's norm, the boosted one is exactly the good update (same direction).
+    assert score(boosted, norm) == score(good, None)
+    assert score(boosted, None) != score(good, None)  # unclipped it is judged at its boosted length
+    assert score(half, norm) == score(half, None)  # a shorter update is not lengthened
+    assert score(zeros, norm) == BASE_SCORE
+    poisoned = dict(good) | {"head.bias": torch.tensor([float("nan"), 0.0, 0.0])}
+    assert score(poisoned, norm) == 0
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            score(good, bad)

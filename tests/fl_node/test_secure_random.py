@@ -8,7 +8,7 @@ import torch
 from fl_node.data import load_dataset
 from fl_node.models import create_model
 from fl_node.privacy import UpdateGaussianMechanism
-from fl_node.secure_random import SecureRandom, TorchRandom
+from fl_node.secure_random import SecureRandom, TorchRandom, poisson_batches
 from fl_node.train import TrainConfig, train_local
 
 NOISE = 1.0
@@ -119,3 +119,18 @@ def test_secure_normal_has_the_right_distribution():
 def test_poisson_mask_rate():
     mask = SecureRandom().poisson_mask(100_000, 0.1)
     assert float(mask.double().mean()) == pytest.approx(0.1, abs=0.004)
+
+
+def test_poisson_batches_drawn_ahead_are_the_stream_in_order():
+    """Masks drawn in blocks ahead on the helper thread are the ones drawn step by step."""
+    key = bytes(range(32))
+    for source, replay in (
+        (SecureRandom(key), SecureRandom(key)),
+        (TorchRandom(torch.Generator().manual_seed(3)), TorchRandom(torch.Generator().manual_seed(3))),
+    ):
+        batches = poisson_batches(source, 300, 0.1)
+        drawn = [next(batches) for _ in range(40)]  # three blocks of 16 steps from a secret stream
+        batches.close()
+        for got in drawn:
+            assert torch.equal(got, torch.nonzero(replay.poisson_mask(300, 0.1)).flatten())
+        assert len({tuple(b.tolist()) for b in drawn}) == len(drawn)  # a fresh mask every step

@@ -196,8 +196,30 @@ def test_the_simulator_encodes_as_the_node_does_and_the_encoding_changes_bytes_n
         SimulationConfig(**common, update_encoding="zip")
 
 
+def test_a_private_simulation_keeps_the_public_rows_of_each_round_as_the_node_does():
+    from fl_node.simulate import SimulationConfig, prepared_model_and_data, run_simulation
+    from fl_node.sparse import round_public_rows
+
+    table, count = "embedding.weight", 400
+    config = SimulationConfig(
+        dataset="zipf_text", model="text", nodes=3, committee=1, rounds=1, partition="iid",
+        batch_size=64, lr=0.5, seed=0, top_k=2, epsilon=8.0, dp_mode="update", score_privacy="public",
+        sparse_tables=(table,), public_rows=count,
+    )  # fmt: skip
+    result = run_simulation(config)
+    _, model = prepared_model_and_data("zipf_text", "text", seed=0)
+    initial = model.state_dict()[table]
+    kept = round_public_rows(model.state_dict(), (table,), count, private=True, seed=0, round_=1)[table]
+    assert any(u.accepted for u in result.rounds[0].updates)
+    # Every public row noised and averaged in, no other row moved: the projection the node applies.
+    assert touched_rows_of(result.final_state[table] - initial) == kept.tolist()
+    dense_bytes = initial.numel() * 4
+    for update in result.rounds[0].updates:
+        assert update.encoded_bytes < 0.1 * dense_bytes  # the table went as a delta array of its public rows
+
+
 def test_peers_bound_admits_a_dense_table_sent_as_a_delta_array():
-    from backend.jobs.blobs import update_max_bytes
+    from fl_node.sizes import update_max_bytes
 
     # Narrow rows: the row ids add half the dense size, more than the codec's header slack.
     state = {"embedding.weight": torch.zeros(200_000, 4), "head.bias": torch.zeros(4)}
@@ -273,3 +295,94 @@ def test_a_private_update_restricted_to_public_rows_is_a_delta_array_of_exactly_
 
 def touched_rows_of(table: torch.Tensor) -> list[int]:
     return table.ne(0).any(dim=1).nonzero().flatten().tolist()
+
+
+def test_the_head_rule_keeps_the_most_frequent_rows_every_round_and_a_bad_rule_is_refused():
+    from fl_node.sparse import public_rows
+
+    shapes = {"embedding.weight": (1000, 8)}
+    for round_ in (1, 2, 7):
+        kept = public_rows(shapes, ["embedding.weight"], 150, seed=round_, round_=round_, rule="head")
+        assert kept["embedding.weight"].tolist() == list(range(150))
+    with pytest.raises(ValueError, match="public rule"):
+        public_rows(shapes, ["embedding.weight"], 150, seed=0, round_=1, rule="frequent")
+
+
+def _token_data(vocab: int, seq: int, n: int, seed: int):
+    from fl_node.data import ArrayDataset
+
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, vocab, (n, seq), generator=generator).numpy()
+    return ArrayDataset(x, torch.randint(0, 2, (n,), generator=generator).numpy())
+
+
+def test_training_only_the_public_rows_equals_training_with_the_other_rows_gradients_removed():
+    """The public-rows copy is the model with each example's gradient projected onto the kept rows."""
+    from fl_node.sparse import full_update, public_rows, public_rows_model
+
+    model = create_model("text", input_shape=(6,), num_classes=2, vocab_size=300, embed_dim=8, seed=0)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    data = _token_data(300, 6, 64, seed=1)
+    kept = public_rows(
+        {k: tuple(v.shape) for k, v in state.items()}, ["embedding.weight"], 50, seed=0, round_=1
+    )
+    sub, sub_state = public_rows_model(model, state, kept)
+    # Only the kept rows are parameters: DP-SGD clips and noises exactly them.
+    assert sorted(n for n, _ in sub.named_parameters()) == [
+        "embedding.rows.weight",
+        "head.bias",
+        "head.weight",
+    ]
+    assert sub.embedding.rows.weight.shape == (50, 8)
+    config = TrainConfig(batch_size=16, local_steps=3, lr=0.5, momentum=0.0, seed=0)
+    ours = full_update(train_local(sub, sub_state, data, config).update, state, kept)
+
+    mask = torch.zeros(300, 1)
+    mask[kept["embedding.weight"]] = 1.0
+    handle = model.embedding.weight.register_hook(lambda grad: grad * mask)
+    try:
+        reference = train_local(model, state, data, config).update
+    finally:
+        handle.remove()
+    assert list(ours) == list(reference)
+    for name in reference:
+        torch.testing.assert_close(ours[name], reference[name], rtol=1e-5, atol=1e-6)
+    outside = torch.ones(300, dtype=torch.bool)
+    outside[kept["embedding.weight"]] = False
+    assert not ours["embedding.weight"][outside].any()  # the other rows never move
+    assert ours["embedding.weight"][~outside].ne(0).any(dim=1).sum() > 25  # kept rows the batches held
+
+
+def test_under_dp_sgd_only_the_public_rows_train_and_each_is_noised():
+    from fl_node.local_round import local_round
+    from fl_node.secure_random import SecureRandom
+    from fl_node.sparse import public_rows
+
+    model = create_model("text", input_shape=(6,), num_classes=2, vocab_size=400, embed_dim=8, seed=0)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # Every example holds tokens outside the kept rows only (ids 200..399): they get no signal, but
+    # each kept row moves (its noise), and the model ends holding the local weights.
+    data = _token_data(200, 6, 64, seed=2)
+    data = type(data)(data.x + 199, data.y)
+    kept = public_rows(
+        {k: tuple(v.shape) for k, v in state.items()}, ["embedding.weight"], 60, seed=0, round_=1, rule="head"
+    )
+    config = TrainConfig(
+        batch_size=16, local_steps=2, lr=0.5, noise_multiplier=1.0, max_grad_norm=1.0, seed=0
+    )
+    result = local_round(
+        model, state, data, config, num_classes=2, randomness=SecureRandom(b"k" * 32), kept_rows=kept
+    )
+    assert touched_rows_of(result.update["embedding.weight"]) == list(range(60))
+    torch.testing.assert_close(
+        model.state_dict()["embedding.weight"], state["embedding.weight"] + result.update["embedding.weight"]
+    )
+
+
+def test_a_table_that_is_not_a_plain_embedding_trains_whole_and_is_projected():
+    from fl_node.sparse import public_rows, public_rows_model
+
+    model = create_model("mlp", input_shape=(4,), num_classes=2, seed=0)
+    state = model.state_dict()
+    kept = public_rows({k: tuple(v.shape) for k, v in state.items()}, ["1.weight"], 8, seed=0, round_=1)
+    assert public_rows_model(model, state, kept) is None

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
-from fl_node.sparse import SparsePolicy
+from fl_node.sparse import SparsePolicy, round_public_rows
 
 
 def config(**fields) -> JobConfig:
@@ -128,6 +128,14 @@ def test_public_rows_are_kept_only_for_private_jobs():
         one["0.weight"], two["0.weight"]
     )
     assert one["0.weight"][:5].tolist() == [0, 1, 2, 3, 4]  # the head of the vocabulary, then a draw
+    # The simulator's rule (fl_node.simulate) is the node's, round for round.
+    for round_, kept in ((1, one), (2, two)):
+        simulated = round_public_rows(
+            state, ("0.weight",), 10, private=True, seed=private.seed, round_=round_
+        )
+        assert torch.equal(simulated["0.weight"], kept["0.weight"])
+    assert round_public_rows(state, ("0.weight",), 10, private=False, seed=0, round_=1) is None
+    assert round_public_rows(state, ("0.weight",), 0, private=True, seed=0, round_=1) is None
 
 
 def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined():
@@ -174,3 +182,23 @@ def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined(
     for tables in (("1.bias",), ("no.such",)):
         with pytest.raises(RemoteConfigRejected, match="sparse.tables"):
             check(SparseConfig(tables=tables, public_rows=8))
+
+
+def test_the_public_rule_round_trips_defaults_away_and_reaches_the_trainer():
+    state = {"0.weight": torch.zeros(50, 3)}
+    private = DPConfig("sgd", target_epsilon=5.0)
+    head = config(sparse=SparseConfig(tables=("0.weight",), public_rows=10, public_rule="head"), dp=private)
+    assert json.loads(head.to_bytes())["sparse"]["public_rule"] == "head"
+    assert JobConfig.from_bytes(head.to_bytes()) == head
+    assert head.kept_rows(state, 3)["0.weight"].tolist() == list(range(10))
+    rotate = config(sparse=SparseConfig(tables=("0.weight",), public_rows=10), dp=private)
+    # The default is left out, so configurations from before the field keep their bytes.
+    assert "public_rule" not in json.loads(rotate.to_bytes())["sparse"]
+    assert rotate.kept_rows(state, 3)["0.weight"].tolist() != list(range(10))
+
+
+@pytest.mark.parametrize("rule", ["frequent", "", ["head"], 1, None])
+def test_a_bad_public_rule_names_its_field(rule):
+    with pytest.raises(ConfigError) as caught:
+        config(sparse=SparseConfig(tables=("0.weight",), public_rows=10, public_rule=rule))
+    assert caught.value.field == "sparse.public_rule"
