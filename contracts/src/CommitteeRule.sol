@@ -4,8 +4,12 @@ pragma solidity ^0.8.28;
 /// @title CommitteeRule: which updates a round accepts and who sits on the next committee.
 /// @notice Exactly fl_node/committee.py (BFLC committee consensus, Li et al. 2020), integers only.
 /// `packedScores[i]` holds the scores of update i: 16 bits per committee seat, value score + 1
-/// (0 = that member gave no score). Median over the present values, floor of the mean of the
-/// middle pair for even counts, 0 if none. Ranking: median desc, then trainer address (uint160) asc.
+/// (0 = that member gave no score). Median over the present values, the LOWER of the middle pair
+/// for even counts (an update passes only when more than half of the present scores say so: with
+/// one seat of three silent, a colluder's 10000 against the honest member's 0 gives 0, not the
+/// 5000 a mean would), 0 if none. Ranking: median desc, then keccak256(abi.encode(tieSeed,
+/// trainer)) asc: equal medians are ordered by a value drawn per round, which no address can be
+/// ground to win (the contract's seed comes from the finalizing block, unknown when updates are sent).
 /// Base: the median of `baseScores` (the members' scores of the unchanged global model, packed the
 /// same way; 0 if none). Accepted: the first `topK` ranked with median > base + margin, so an
 /// update no better than the model it would replace (a constant or random model) never passes.
@@ -40,8 +44,7 @@ library CommitteeRule {
             ++n;
         }
         if (n == 0) return 0;
-        if (n % 2 == 1) return uint16(buffer[n / 2]);
-        return uint16((buffer[n / 2 - 1] + buffer[n / 2]) / 2);
+        return uint16(buffer[(n - 1) / 2]); // the middle value, or the lower of the middle pair
     }
 
     function decide(
@@ -51,36 +54,43 @@ library CommitteeRule {
         uint256 committeeSize,
         address[] memory current,
         uint256 baseScores,
-        uint256 margin
+        uint256 margin,
+        bytes32 tieSeed
     ) internal pure returns (Outcome memory out) {
         uint256 scoreSeats = committeeSize < MAX_SEATS ? committeeSize : MAX_SEATS;
         uint256[] memory buffer = new uint256[](scoreSeats);
-        (out.ranking, out.medians) = _rank(trainers, packedScores, scoreSeats, buffer);
+        (out.ranking, out.medians) = _rank(trainers, packedScores, scoreSeats, buffer, tieSeed);
         out.baseMedian = median(baseScores, scoreSeats, buffer);
         out.accepted = _accept(out.ranking, out.medians, topK, uint256(out.baseMedian) + margin);
         out.nextCommittee = _elect(out.ranking, committeeSize, current);
     }
 
-    /// Trainers by median (desc), then address (asc), with their medians.
-    function _rank(address[] memory trainers, uint256[] memory packedScores, uint256 seats, uint256[] memory buffer)
-        private
-        pure
-        returns (address[] memory ranking, uint16[] memory medians)
-    {
+    /// Trainers by median (desc), then keccak256(abi.encode(tieSeed, trainer)) (asc), with their medians.
+    function _rank(
+        address[] memory trainers,
+        uint256[] memory packedScores,
+        uint256 seats,
+        uint256[] memory buffer,
+        bytes32 tieSeed
+    ) private pure returns (address[] memory ranking, uint16[] memory medians) {
         uint256 n = trainers.length;
         ranking = new address[](n);
         medians = new uint16[](n);
+        bytes32[] memory ties = new bytes32[](n);
         for (uint256 i; i < n; ++i) {
             address t = trainers[i];
             uint16 m = median(packedScores[i], seats, buffer);
+            bytes32 tie = keccak256(abi.encode(tieSeed, t));
             uint256 j = i;
-            while (j > 0 && _before(t, m, ranking[j - 1], medians[j - 1])) {
+            while (j > 0 && (m > medians[j - 1] || (m == medians[j - 1] && tie < ties[j - 1]))) {
                 ranking[j] = ranking[j - 1];
                 medians[j] = medians[j - 1];
+                ties[j] = ties[j - 1];
                 --j;
             }
             ranking[j] = t;
             medians[j] = m;
+            ties[j] = tie;
         }
     }
 
@@ -113,10 +123,6 @@ library CommitteeRule {
         }
     }
 
-    function _before(address a, uint16 ma, address b, uint16 mb) private pure returns (bool) {
-        return ma > mb || (ma == mb && uint160(a) < uint160(b));
-    }
-
     function _contains(address[] memory list, uint256 len, address x) private pure returns (bool) {
         for (uint256 i; i < len; ++i) if (list[i] == x) return true;
         return false;
@@ -132,8 +138,9 @@ contract CommitteeRuleHarness {
         uint256 committeeSize,
         address[] calldata current,
         uint256 baseScores,
-        uint256 margin
+        uint256 margin,
+        bytes32 tieSeed
     ) external pure returns (CommitteeRule.Outcome memory) {
-        return CommitteeRule.decide(trainers, packedScores, topK, committeeSize, current, baseScores, margin);
+        return CommitteeRule.decide(trainers, packedScores, topK, committeeSize, current, baseScores, margin, tieSeed);
     }
 }

@@ -27,7 +27,6 @@ error AlreadyJoined(uint256 jobId, address account);
 error NotParticipant(uint256 jobId, address account);
 error NotEnoughParticipants(uint256 have, uint256 need);
 error TooManyParticipants(uint256 limit);
-error InvalidCommittee(address account);
 error WrongRound(uint16 current, uint16 given);
 error WrongPhase(uint256 jobId);
 error CommitteeCannotTrain(address account);

@@ -30,6 +30,15 @@ import {CommitteeRule} from "./CommitteeRule.sol";
 /// member's score release; a trainer's update plus one retrain after a discarded speculative
 /// update). In a job with DP, `submitUpdate` requires the trainer's spend for that round.
 ///
+/// Committee: the first one is drawn on chain at `startJob` from the job's participants (see
+/// `_drawCommittee`), never chosen by the proposer. Its size is odd and at least 3, so that a
+/// single member can neither fix a model nor carry a score's median, unless the deployment was
+/// made for development with `allowSmallCommittees` (an immutable constructor flag).
+///
+/// Proposals bind the model hash AND its swarm reference: a confirmation names both, and counts
+/// only toward the proposal with that pair, so a member that proposes the right hash with a bogus
+/// (or oversized) reference gets no honest vote; honest members propose the right pair instead.
+///
 /// Bounds: every value this contract accepts is bounded as the job configuration bounds it
 /// (backend/jobs/config.py, serializers.py), so the mirrors of all nodes can store it.
 contract FederatedLearning {
@@ -125,6 +134,8 @@ contract FederatedLearning {
 
     INodeRegistry public immutable registry;
     IDataRegistry public immutable dataRegistry;
+    /// Development deployments only: committees of 1, 2 or any even size are accepted.
+    bool public immutable allowSmallCommittees;
     uint256 public jobCount;
 
     mapping(uint256 => Job) private _jobs;
@@ -147,7 +158,7 @@ contract FederatedLearning {
     // job => member => its score commitment (made nonzero at join, reused round after round; a
     // commitment names its round, so an old one never matches a reveal)
     mapping(uint256 => mapping(address => bytes32)) private _commitments;
-    mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash)
+    mapping(bytes32 => Proposal) private _proposals; // keccak(job, round, modelHash, keccak(modelRef))
 
     uint256 private constant EMPTY_TAG = 0xffff; // no valid round (MAX_ROUNDS < 0xffff)
     uint256 private constant SCORE_BITS = 240; // 15 seats x 16 bits under the round tag
@@ -155,7 +166,8 @@ contract FederatedLearning {
 
     event JobProposed(uint256 indexed jobId, address indexed proposer, JobSpec spec);
     event ParticipantJoined(uint256 indexed jobId, address indexed node, uint256 datasetId, uint16 index);
-    event JobStarted(uint256 indexed jobId, address[] committee);
+    /// The first committee: the participants with the smallest keccak256(abi.encode(seed, address)).
+    event JobStarted(uint256 indexed jobId, address[] committee, bytes32 seed);
     event RoundOpened(
         uint256 indexed jobId,
         uint16 indexed round,
@@ -191,13 +203,20 @@ contract FederatedLearning {
         address[] nextCommittee,
         uint16 baseMedian,
         uint16 margin,
-        uint64 aggregateDeadline
+        uint64 aggregateDeadline,
+        bytes32 tieSeed
     );
     event GlobalModelProposed(
         uint256 indexed jobId, uint16 indexed round, address indexed proposer, bytes modelRef, bytes32 modelHash
     );
     event GlobalModelConfirmed(
-        uint256 indexed jobId, uint16 indexed round, address indexed member, bytes32 modelHash, uint8 votes, uint8 needed
+        uint256 indexed jobId,
+        uint16 indexed round,
+        address indexed member,
+        bytes32 modelHash,
+        bytes32 referenceDigest,
+        uint8 votes,
+        uint8 needed
     );
     event GlobalModelFixed(
         uint256 indexed jobId, uint16 indexed round, bytes32 modelHash, bytes32 referenceDigest, address proposer
@@ -212,9 +231,10 @@ contract FederatedLearning {
     event JobFailed(uint256 indexed jobId, uint16 indexed round, uint16 updates, uint16 minTrainers);
     event JobCancelled(uint256 indexed jobId, uint16 round);
 
-    constructor(INodeRegistry registry_, IDataRegistry dataRegistry_) {
+    constructor(INodeRegistry registry_, IDataRegistry dataRegistry_, bool allowSmallCommittees_) {
         registry = registry_;
         dataRegistry = dataRegistry_;
+        allowSmallCommittees = allowSmallCommittees_;
     }
 
     // ------------------------------------------------------------------ jobs
@@ -226,6 +246,11 @@ contract FederatedLearning {
         if (spec.initialModelHash == bytes32(0)) revert InvalidJobSpec("initialModelHash");
         if (spec.rounds == 0 || spec.rounds > MAX_ROUNDS) revert InvalidJobSpec("rounds");
         if (spec.committeeSize == 0 || spec.committeeSize > MAX_COMMITTEE) revert InvalidJobSpec("committeeSize");
+        // One member of a committee of 1 or 2 fixes models and carries medians alone; an even
+        // committee splits its votes. Small ones only on a development deployment.
+        if (!allowSmallCommittees && (spec.committeeSize < 3 || spec.committeeSize % 2 == 0)) {
+            revert InvalidJobSpec("committeeSize must be odd and at least 3");
+        }
         if (spec.topK == 0) revert InvalidJobSpec("topK");
         if (spec.minTrainers == 0 || uint256(spec.minTrainers) + spec.committeeSize > MAX_PARTICIPANTS) {
             revert InvalidJobSpec("minTrainers");
@@ -283,22 +308,20 @@ contract FederatedLearning {
         emit ParticipantJoined(jobId, msg.sender, datasetId, index);
     }
 
-    /// @notice The proposer starts the job with its initial committee (participants, in seat order).
-    function startJob(uint256 jobId, address[] calldata initialCommittee) external {
+    /// @notice The proposer starts the job; the first committee is drawn on chain from the job's
+    /// participants (`_drawCommittee`) with a seed of the block's prevrandao, the previous block's
+    /// hash and the job id, so the proposer cannot choose it. What the proposer can do is pick
+    /// the block it starts in (each block it waits is one more draw it may decline, visible on
+    /// chain as a late start); it cannot pick the members.
+    function startJob(uint256 jobId) external {
         Job storage job = _open(jobId);
         if (msg.sender != job.proposer) revert NotJobProposer(jobId, msg.sender);
-        if (initialCommittee.length != job.committeeSize) revert LengthMismatch(job.committeeSize, initialCommittee.length);
         uint256 need = uint256(job.committeeSize) + job.minTrainers;
         if (job.participantCount < need) revert NotEnoughParticipants(job.participantCount, need);
-        for (uint256 seat; seat < initialCommittee.length; ++seat) {
-            Participant storage p = _participants[jobId][initialCommittee[seat]];
-            if (!p.joined || p.committeeRound == 1) revert InvalidCommittee(initialCommittee[seat]);
-            p.committeeRound = 1;
-            p.seat = uint8(seat);
-            _committee[jobId][seat] = initialCommittee[seat];
-        }
+        bytes32 seed = keccak256(abi.encode(block.prevrandao, blockhash(block.number - 1), jobId));
+        address[] memory drawn = _drawCommittee(jobId, job, seed);
         job.status = Status.Running;
-        emit JobStarted(jobId, initialCommittee);
+        emit JobStarted(jobId, drawn, seed);
         _openRound(jobId, job, 1);
     }
 
@@ -512,28 +535,33 @@ contract FederatedLearning {
         _finalize(jobId, job, round);
     }
 
-    /// @notice A member of the newly elected committee proposes the round's aggregated global model.
+    /// @notice A member of the newly elected committee proposes the round's aggregated global model:
+    /// its hash and its swarm reference, bound together (another member may propose the same hash
+    /// with another reference; each pair collects its own votes).
     function proposeGlobalModel(uint256 jobId, uint16 round, bytes calldata modelRef, bytes32 modelHash) external {
         Job storage job = _aggregating(jobId, round);
         _requireReference(modelRef);
         if (modelHash == bytes32(0)) revert InvalidUpdate("modelHash");
-        bytes32 key = keccak256(abi.encode(jobId, round, modelHash));
-        Proposal storage proposal = _proposals[key];
+        bytes32 refDigest = keccak256(modelRef);
+        Proposal storage proposal = _proposals[_proposalKey(jobId, round, modelHash, refDigest)];
         if (proposal.votes != 0) revert ProposalExists(modelHash);
         proposal.proposer = msg.sender;
         proposal.votes = 1;
-        proposal.refDigest = keccak256(modelRef);
+        proposal.refDigest = refDigest;
         emit GlobalModelProposed(jobId, round, msg.sender, modelRef, modelHash);
         _maybeFix(jobId, job, round, modelHash, proposal);
     }
 
-    /// @notice Another member of the new committee confirms a proposal it recomputed (same model hash).
-    function confirmGlobalModel(uint256 jobId, uint16 round, bytes32 modelHash) external {
+    /// @notice Another member of the new committee confirms a proposal it recomputed: the same model
+    /// hash AND the same reference (the aggregate's bytes are deterministic and stored unencrypted,
+    /// so their reference is too). A confirmation of a pair nobody proposed reverts.
+    function confirmGlobalModel(uint256 jobId, uint16 round, bytes32 modelHash, bytes calldata modelRef) external {
         Job storage job = _aggregating(jobId, round);
-        Proposal storage proposal = _proposals[keccak256(abi.encode(jobId, round, modelHash))];
+        bytes32 refDigest = keccak256(modelRef);
+        Proposal storage proposal = _proposals[_proposalKey(jobId, round, modelHash, refDigest)];
         if (proposal.votes == 0) revert ProposalMismatch(modelHash);
         uint8 votes = ++proposal.votes;
-        emit GlobalModelConfirmed(jobId, round, msg.sender, modelHash, votes, quorum(job.committeeSize));
+        emit GlobalModelConfirmed(jobId, round, msg.sender, modelHash, refDigest, votes, quorum(job.committeeSize));
         _maybeFix(jobId, job, round, modelHash, proposal);
     }
 
@@ -601,8 +629,12 @@ contract FederatedLearning {
         return _contentOwner[keccak256(abi.encode(jobId, round, contentHash))];
     }
 
-    function getProposal(uint256 jobId, uint16 round, bytes32 modelHash) external view returns (Proposal memory) {
-        return _proposals[keccak256(abi.encode(jobId, round, modelHash))];
+    function getProposal(uint256 jobId, uint16 round, bytes32 modelHash, bytes calldata modelRef)
+        external
+        view
+        returns (Proposal memory)
+    {
+        return _proposals[_proposalKey(jobId, round, modelHash, keccak256(modelRef))];
     }
 
     // ------------------------------------------------------------------ internals
@@ -616,7 +648,10 @@ contract FederatedLearning {
             emit JobFailed(jobId, round, uint16(n), job.minTrainers);
             return;
         }
-        CommitteeRule.Outcome memory out = _decide(jobId, job, round);
+        // Equal medians are ordered by keccak(tieSeed, trainer): drawn from this block, after
+        // every update was sent, so no trainer can grind an address that wins ties.
+        bytes32 tieSeed = keccak256(abi.encode(block.prevrandao, blockhash(block.number - 1), jobId, round));
+        CommitteeRule.Outcome memory out = _decide(jobId, job, round, tieSeed);
         address[MAX_COMMITTEE] storage seats = _committee[jobId];
         for (uint256 s; s < out.nextCommittee.length; ++s) {
             address next = out.nextCommittee[s];
@@ -639,16 +674,28 @@ contract FederatedLearning {
             out.nextCommittee,
             out.baseMedian,
             job.margin,
-            aggregateDeadline
+            aggregateDeadline,
+            tieSeed
         );
     }
 
     /// CommitteeRule over the round's updates, their scores and the base model's scores.
-    function _decide(uint256 jobId, Job storage job, uint16 round) private view returns (CommitteeRule.Outcome memory) {
+    function _decide(uint256 jobId, Job storage job, uint16 round, bytes32 tieSeed)
+        private
+        view
+        returns (CommitteeRule.Outcome memory)
+    {
         (address[] memory trainers, uint256[] memory packed) = _roundUpdates(jobId, round, job.updateCount);
         uint256 base = _roundScores(_baseScores[jobId], round);
         return CommitteeRule.decide(
-            trainers, packed, job.topK, job.committeeSize, _currentCommittee(jobId, job.committeeSize), base, job.margin
+            trainers,
+            packed,
+            job.topK,
+            job.committeeSize,
+            _currentCommittee(jobId, job.committeeSize),
+            base,
+            job.margin,
+            tieSeed
         );
     }
 
@@ -669,6 +716,14 @@ contract FederatedLearning {
         members = new address[](size);
         address[MAX_COMMITTEE] storage seats = _committee[jobId];
         for (uint256 s; s < size; ++s) members[s] = seats[s];
+    }
+
+    function _proposalKey(uint256 jobId, uint16 round, bytes32 modelHash, bytes32 refDigest)
+        private
+        pure
+        returns (bytes32)
+    {
+        return keccak256(abi.encode(jobId, round, modelHash, refDigest));
     }
 
     function _maybeFix(uint256 jobId, Job storage job, uint16 round, bytes32 modelHash, Proposal storage proposal)

@@ -13,8 +13,8 @@ import pytest
 from backend.ledger.chains import ensure_funds, new_in_process_chain
 from backend.ledger.client import ChainClient
 from backend.ledger.deployment import Ledger, deploy_contracts
-from backend.ledger.devnet import bootstrap_consortium, dev_account
 from backend.ledger.resources import JobSpec
+from devnet.consortium import bootstrap_consortium, dev_account
 
 MEMBERS = 12
 OUTSIDERS = 2
@@ -75,16 +75,20 @@ class Federation:
             for m, scores in given.items()
         ]
 
+    def index(self, address: str) -> int:
+        return next(i for i, ledger in enumerate(self.ledgers) if ledger.client.address == address)
+
     def running_job(self, participants: int = 8, **overrides) -> tuple[int, list[int], list[int]]:
-        """Propose (by member 0), join members 0..participants-1 with their datasets, start with the
-        first committee_size as committee. Returns (job id, committee indexes, trainer indexes)."""
+        """Propose (by member 0), join members 0..participants-1 with their datasets, start (the
+        contract draws the committee). Returns (job id, committee indexes in seat order, trainer
+        indexes ascending)."""
         spec = self.spec(**overrides)
         job = self.member(0).fl.propose_job(spec)
         for i in range(participants):
             self.member(i).fl.join(job, i + 1)
-        committee = list(range(spec.committee_size))
-        self.member(0).fl.start_job(job, [self.address(i) for i in committee])
-        return job, committee, list(range(spec.committee_size, participants))
+        self.member(0).fl.start_job(job)
+        committee = [self.index(a) for a in self.member(0).fl.committee(job)]
+        return job, committee, sorted(set(range(participants)) - set(committee))
 
 
 def salt(member: int) -> bytes:
@@ -99,7 +103,8 @@ def federation_base():
     for account in accounts:
         ensure_funds(w3, account.address)
     clients = [ChainClient(w3, account) for account in accounts]
-    deployment = deploy_contracts(clients[0], with_harness=True)
+    # a test deployment: committees of 2 are allowed here (test_committee_size.py deploys one without)
+    deployment = deploy_contracts(clients[0], with_harness=True, allow_small_committees=True)
     ledgers = [Ledger(client, deployment) for client in clients]
     bootstrap_consortium(ledgers[:MEMBERS], [f"http://node{i}.test" for i in range(MEMBERS)])
     for i in range(MEMBERS):

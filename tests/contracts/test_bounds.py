@@ -12,8 +12,8 @@ from eth_utils import function_signature_to_4byte_selector
 
 from backend.ledger import errors
 from backend.ledger.abi import ContractCall
-from backend.ledger.devnet import overlay_of, public_key
 from backend.ledger.resources import NodeStatus
+from devnet.consortium import overlay_of, public_key
 
 DAY = 24 * 3600
 

@@ -48,13 +48,14 @@ def rounds(draw):
     # the base model's scores: from the members who scored (each gives one on chain)
     base = {m: draw(SCORES) for m in scores if draw(st.integers(0, 5))}
     top_k = draw(st.integers(1, 26))
-    return trainers, committee, scores, top_k, base, draw(MARGINS)
+    tie_seed = draw(st.one_of(st.just(bytes(32)), st.binary(min_size=32, max_size=32)))
+    return trainers, committee, scores, top_k, base, draw(MARGINS), tie_seed
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rounds())
 def test_rule_harness_equals_reference(federation_base, drawn):
-    trainers, committee, scores, top_k, base, margin = drawn
+    trainers, committee, scores, top_k, base, margin, tie_seed = drawn
     expected = decide_round(
         trainers,
         scores,
@@ -63,13 +64,16 @@ def test_rule_harness_equals_reference(federation_base, drawn):
         current_committee=committee,
         base_scores=base,
         margin=margin,
+        tie_seed=tie_seed,
     )
     packed = [
         pack_scores({seat: scores[m][t] for seat, m in enumerate(committee) if t in scores.get(m, {})})
         for t in trainers
     ]
     packed_base = pack_scores({seat: base[m] for seat, m in enumerate(committee) if m in base})
-    got = federation_base.rule.decide(trainers, packed, top_k, len(committee), committee, packed_base, margin)
+    got = federation_base.rule.decide(
+        trainers, packed, top_k, len(committee), committee, packed_base, margin, tie_seed
+    )
     assert got.base_median == expected.base_median
     assert got.ranking == expected.ranking
     assert got.medians == [expected.medians[t] for t in expected.ranking]
@@ -124,6 +128,7 @@ def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, ma
         scores = {fed.address(m): v for m, v in given.items()}
         base = {fed.address(m): v for m, v in base_by_index.items()}
         outcome = receipt.event("RoundFinalized").args
+        tie_seed = bytes.fromhex(outcome["tieSeed"].removeprefix("0x"))  # drawn by the finalizing block
         expected = decide_round(
             [fed.address(t) for t in submitted],
             scores,
@@ -132,8 +137,10 @@ def test_onchain_rounds_equal_reference(fed, committee_size, trainers, top_k, ma
             current_committee=[fed.address(m) for m in committee],
             base_scores=base,
             margin=margin,
+            tie_seed=tie_seed,
         )
         assert outcome["baseMedian"] == expected.base_median and outcome["margin"] == margin
+        assert outcome["ranking"] == expected.ranking
         assert outcome["accepted"] == expected.accepted
         assert outcome["nextCommittee"] == expected.next_committee
         assert outcome["medians"] == [expected.medians[t] for t in expected.ranking]

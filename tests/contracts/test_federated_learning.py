@@ -25,14 +25,19 @@ def _score_all(fed, job, round_, committee, trainers, score=lambda m, t: 5000 + 
     return fed.score(job, round_, {m: {fed.address(t): score(m, t) for t in trainers} for m in committee})
 
 
-def _expected(fed, committee, trainers, top_k, score=lambda m, t: 5000 + 100 * t - m):
+def _expected(fed, committee, trainers, top_k, score=lambda m, t: 5000 + 100 * t - m, tie_seed=bytes(32)):
     return decide_round(
         [fed.address(t) for t in trainers],
         {fed.address(m): {fed.address(t): score(m, t) for t in trainers} for m in committee},
         top_k=top_k,
         committee_size=len(committee),
         current_committee=[fed.address(m) for m in committee],
+        tie_seed=tie_seed,
     )
+
+
+def _tie_seed(outcome) -> bytes:
+    return bytes.fromhex(outcome["tieSeed"].removeprefix("0x"))
 
 
 def test_propose_job_validates_spec_and_membership(fed):
@@ -82,25 +87,25 @@ def test_start_rules(fed):
     job = fed.member(0).fl.propose_job(fed.spec(committee_size=2, min_trainers=2))
     for i in range(3):
         fed.member(i).fl.join(job, i + 1)
-    committee = [fed.address(0), fed.address(1)]
     with pytest.raises(errors.NotJobProposer):
-        fed.member(1).fl.start_job(job, committee)
+        fed.member(1).fl.start_job(job)
     with pytest.raises(errors.NotEnoughParticipants):
-        fed.member(0).fl.start_job(job, committee)
+        fed.member(0).fl.start_job(job)
     fed.member(3).fl.join(job, 4)
-    with pytest.raises(errors.LengthMismatch):
-        fed.member(0).fl.start_job(job, committee[:1])
-    with pytest.raises(errors.InvalidCommittee):
-        fed.member(0).fl.start_job(job, [fed.address(0), fed.address(0)])
-    with pytest.raises(errors.InvalidCommittee):
-        fed.member(0).fl.start_job(job, [fed.address(0), fed.address(9)])  # not a participant
-    receipt = fed.member(0).fl.start_job(job, committee)
+    receipt = fed.member(0).fl.start_job(job)
     assert [e.name for e in receipt.events] == ["JobStarted", "RoundOpened"]
     with pytest.raises(errors.JobNotOpen):
         fed.member(4).fl.join(job, 5)
+    with pytest.raises(errors.JobNotOpen):
+        fed.member(0).fl.start_job(job)
     state = fed.member(0).fl.get_job(job)
     assert state.status is JobStatus.RUNNING and state.round == 1 and state.phase is RoundPhase.TRAINING
-    assert fed.member(0).fl.committee(job) == committee
+    started = receipt.event("JobStarted").args
+    assert (
+        fed.member(0).fl.committee(job)
+        == started["committee"]
+        == receipt.event("RoundOpened").args["committee"]
+    )
 
 
 def test_submit_update_rules(fed):
@@ -144,7 +149,7 @@ def test_commit_reveal_rules(fed):
     job, committee, trainers = fed.running_job(participants=8, committee_size=5)
     _train(fed, job, 1, trainers)
     t0, t1 = fed.address(trainers[0]), fed.address(trainers[1])
-    fl = {m: fed.member(m).fl for m in committee}
+    fl = [fed.member(m).fl for m in committee]  # by seat; salt(seat) as each seat's salt
     good = {t0: 9000, t1: 8000}
     with pytest.raises(errors.NotCommitteeMember):
         fed.member(trainers[0]).fl.commit_scores(job, 1, {t1: 10}, 0, salt(0))
@@ -169,7 +174,7 @@ def test_commit_reveal_rules(fed):
 
         trainers_, scores_ = raw[m]
         types = ["uint256", "uint16", "address", "address[]", "uint16[]", "uint16", "bytes32"]
-        return keccak(encode(types, [job, 1, fed.address(m), trainers_, scores_, 0, salt(m)]))
+        return keccak(encode(types, [job, 1, fed.address(committee[m]), trainers_, scores_, 0, salt(m)]))
 
     for m in (3, 4):
         fl[m].client.transact(fl[m].encode("commitScores", job, 1, raw_commitment(m)))
@@ -242,6 +247,7 @@ def test_margin_rule_needs_updates_to_beat_the_base_model(fed):
         current_committee=[fed.address(m) for m in committee],
         base_scores={fed.address(m): v for m, v in base.items()},
         margin=150,
+        tie_seed=_tie_seed(outcome),
     )
     assert expected.base_median == 5000 and outcome["baseMedian"] == 5000 and outcome["margin"] == 150
     # medians are 5000+gain (two honest values and 10000 around them): only +151 and +400 pass
@@ -260,7 +266,7 @@ def test_score_slots_are_reused_across_rounds(fed):
     by_address = {fed.address(i): i for i in range(len(fed.ledgers))}
     new_committee = [by_address[a] for a in elected]
     fed.member(new_committee[0]).fl.propose_global_model(job, 1, REF, MODEL)
-    fed.member(new_committee[1]).fl.confirm_global_model(job, 1, MODEL)
+    fed.member(new_committee[1]).fl.confirm_global_model(job, 1, MODEL, REF)
     assert fed.member(0).fl.get_update(job, 2, 0).trainer == "0x" + "0" * 40  # no round-2 update yet
     trainers2 = sorted(set(range(6)) - set(new_committee))
     _train(fed, job, 2, trainers2)
@@ -280,7 +286,7 @@ def test_full_job_matches_reference_rule(fed):
         _train(fed, job, round_, trainers)
         receipt = _score_all(fed, job, round_, committee, trainers)[-1]  # the last scores finalize
         outcome = receipt.event("RoundFinalized").args
-        expected = _expected(fed, committee, trainers, top_k=2)
+        expected = _expected(fed, committee, trainers, top_k=2, tie_seed=_tie_seed(outcome))
         assert outcome["accepted"] == expected.accepted
         assert outcome["nextCommittee"] == expected.next_committee
         assert outcome["ranking"] == expected.ranking
@@ -295,17 +301,17 @@ def test_full_job_matches_reference_rule(fed):
         with pytest.raises(errors.NotCommitteeMember):
             fed.member(committee[0]).fl.propose_global_model(job, round_, REF, MODEL)
         with pytest.raises(errors.ProposalMismatch):
-            fed.member(confirmer).fl.confirm_global_model(job, round_, MODEL)
+            fed.member(confirmer).fl.confirm_global_model(job, round_, MODEL, REF)
         fed.member(proposer).fl.propose_global_model(job, round_, b"\x44" * 64, MODEL)
         with pytest.raises(errors.AlreadyVoted):
-            fed.member(proposer).fl.confirm_global_model(job, round_, MODEL)
+            fed.member(proposer).fl.confirm_global_model(job, round_, MODEL, b"\x44" * 64)
         with pytest.raises(errors.ProposalExists):
-            fed.member(confirmer).fl.propose_global_model(job, round_, REF, MODEL)
-        receipt = fed.member(confirmer).fl.confirm_global_model(job, round_, MODEL)
+            fed.member(confirmer).fl.propose_global_model(job, round_, b"\x44" * 64, MODEL)
+        receipt = fed.member(confirmer).fl.confirm_global_model(job, round_, MODEL, b"\x44" * 64)
         names = [e.name for e in receipt.events]
         assert names[:2] == ["GlobalModelConfirmed", "GlobalModelFixed"]
         with pytest.raises((errors.WrongRound, errors.JobNotRunning)):
-            fed.member(late).fl.confirm_global_model(job, round_, MODEL)
+            fed.member(late).fl.confirm_global_model(job, round_, MODEL, b"\x44" * 64)
         committee, trainers = new_committee, sorted(set(range(8)) - set(new_committee))
         if round_ == 1:
             assert names[2] == "RoundOpened"
@@ -328,7 +334,7 @@ def test_no_node_stays_on_the_committee(fed):
             (
                 fn.propose_global_model(job, round_, REF, MODEL)
                 if i == 0
-                else fn.confirm_global_model(job, round_, MODEL)
+                else fn.confirm_global_model(job, round_, MODEL, REF)
             )
             if fed.member(0).fl.get_job(job).phase is RoundPhase.TRAINING or round_ == 3:
                 break
@@ -347,7 +353,7 @@ def test_last_scores_finalize_the_round(fed):
     # the scores that complete the set finalize it in the same transaction, after ScoresSubmitted
     assert [e.name for e in last.events] == ["ScoresSubmitted", "RoundFinalized"]
     outcome = last.event("RoundFinalized").args
-    expected = _expected(fed, committee, trainers, top_k=2)
+    expected = _expected(fed, committee, trainers, top_k=2, tie_seed=_tie_seed(outcome))
     assert outcome["round"] == 1
     assert outcome["ranking"] == expected.ranking
     assert outcome["medians"] == [expected.medians[a] for a in expected.ranking]
@@ -497,7 +503,7 @@ def test_a_model_fixed_in_time_cannot_be_skipped(fed):
     elected = _score_all(fed, job, 1, committee, trainers)[-1].event("RoundFinalized").args["nextCommittee"]
     index = {fed.address(i): i for i in range(6)}
     fed.member(index[elected[0]]).fl.propose_global_model(job, 1, REF, MODEL)
-    fed.member(index[elected[1]]).fl.confirm_global_model(job, 1, MODEL)
+    fed.member(index[elected[1]]).fl.confirm_global_model(job, 1, MODEL, REF)
     fed.advance(601)
     with pytest.raises(errors.WrongPhase):  # round 2 is training: nothing to skip
         fed.member(0).fl.skip_aggregation(job, 2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend.ledger import errors
-from backend.ledger.devnet import overlay_of, public_key
 from backend.ledger.resources import NodeStatus
+from devnet.consortium import overlay_of, public_key
 
 
 def _apply(ledger, name="new"):

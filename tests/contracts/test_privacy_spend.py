@@ -32,7 +32,7 @@ def _finish_round(fed, job, round_, committee, trainers):
     addresses = fed.member(0).fl.committee(job)
     new = [next(i for i in range(12) if fed.address(i) == a) for a in addresses]
     fed.member(new[0]).fl.propose_global_model(job, round_, REF, MODEL)
-    fed.member(new[1]).fl.confirm_global_model(job, round_, MODEL)
+    fed.member(new[1]).fl.confirm_global_model(job, round_, MODEL, REF)
     everyone = set(committee) | set(trainers)
     return new, sorted(everyone - set(new))
 
@@ -67,7 +67,7 @@ def test_a_granted_dataset_is_charged_not_the_grantees_own(fed):
     fed.member(5).fl.join(job, 2)  # member 5 joins with member 1's dataset
     for i in (0, 2, 3, 4):
         fed.member(i).fl.join(job, i + 1)
-    fed.member(0).fl.start_job(job, [fed.address(i) for i in (0, 2, 3)])
+    fed.member(0).fl.start_job(job)
     fed.member(5).fl.spend_privacy(job, 1, 700_000)
     assert fed.member(0).data.get_dataset(2).privacy_spent == 700_000
     assert fed.member(0).data.get_dataset(6).privacy_spent == 0
