@@ -5,6 +5,7 @@ a local chunk directory and an in-process EVM.
 """
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -77,9 +78,12 @@ TEMPLATES = [
     }
 ]
 
+# Connections persist for a minute; each is pinged before its first use in a request, a task
+# or an agent tick (CONN_HEALTH_CHECKS), so a database server restarted under the node costs
+# one reconnect, not a failed request or action on a connection the server has closed.
 DATABASES = {
     "default": dj_database_url.parse(
-        env("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=60
+        env("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=60, conn_health_checks=True
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -136,7 +140,7 @@ REST_FRAMEWORK = {
 # a cache all of them share: the node's database by default (table created by a migration of
 # backend.nodes), or Redis when DEFL_CACHE_URL is set (redis://...).
 DEFL_CACHE_URL = env("DEFL_CACHE_URL", "")
-CACHES = {
+CACHES: dict[str, dict[str, Any]] = {
     "default": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": DEFL_CACHE_URL}
         if DEFL_CACHE_URL
@@ -147,7 +151,7 @@ CACHES = {
         }
     )
 }
-SPECTACULAR_SETTINGS = {
+SPECTACULAR_SETTINGS: dict[str, Any] = {
     "TITLE": "DeFL node API",
     "DESCRIPTION": "Decentralized federated learning: datasets, jobs, rounds, models.",
     "VERSION": "0.1.0",

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from backend.ledger.anvil import free_port  # noqa: E402
+from devnet.anvil import free_port  # noqa: E402
 
 FRONTEND = REPO / "frontend"
 CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
@@ -58,7 +58,7 @@ def start_node(data_dir: Path) -> tuple[subprocess.Popen, str]:
     subprocess.run([*manage, "shell", "-c", make_user], cwd=REPO, env=env, check=True)
     serve = (
         "from django.core.management import call_command\n"
-        "from backend.nodes.identity import node_account\n"
+        "from backend.identity.key import node_account\n"
         "from backend.nodes.registration import register_node_on_chain\n"
         "register_node_on_chain(node_account())\n"
         f"call_command('runserver', '--noreload', '127.0.0.1:{port}')\n"

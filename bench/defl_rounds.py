@@ -1,7 +1,7 @@
 """One DeFL job on a local federation (anvil + N node processes), timed round by round.
 
 Shared by bench/round_overhead.py and bench/vs_flower.py. The nodes are what ``make demo``
-starts (backend.localnet.LocalFederation): real processes on loopback, each with its own
+starts (devnet.localnet.LocalFederation): real processes on loopback, each with its own
 SQLite database, chunk directory and key, driven through the REST API.
 
 A round's wall time runs from the end of the previous round (the action that fixed its
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.localnet import LocalFederation, NodeSpec
+from devnet.localnet import LocalFederation, NodeSpec
 from fl_node.data import load_dataset
 from fl_node.partition import partition
 

@@ -9,7 +9,7 @@ for about a second, which no federation would bother to coordinate. The same fig
 1 local epoch are measured too (``--secondary-epochs``, a second job) and reported under
 ``*_1_epoch`` keys, so the two workloads can be compared and the old figure is not lost.
 
-Four node processes on an anvil chain (backend.localnet.LocalFederation, as ``make demo``)
+Four node processes on an anvil chain (devnet.localnet.LocalFederation, as ``make demo``)
 train the CNN on the MNIST subset (iid partitions, committee of 1, so three trainers a
 round, DP-SGD at epsilon 3 unless ``--dp none``). Each round is split along its critical
 path (see bench/defl_rounds.py): local training, swarm transfers, chain transactions and

@@ -38,12 +38,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_all  # noqa: E402
 from backend.swarm.api import Swarm  # noqa: E402
 from backend.swarm.chunker import DEFAULT_CHUNK_SIZE  # noqa: E402
 from backend.swarm.network import build_network  # noqa: E402
 from backend.swarm.peers import StaticPeerDirectory, parse_peers  # noqa: E402
 from backend.swarm.store import ChunkStore  # noqa: E402
+from devnet.process import NodeProcess, prepare_nodes, start_all, stop_all  # noqa: E402
 
 MB = 1 << 20
 

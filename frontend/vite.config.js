@@ -33,5 +33,8 @@ export default defineConfig(({ command }) => ({
     setupFiles: ['tests/setup.js'],
     server: { deps: { inline: ['element-plus'] } },
     css: false,
+    // Mounting Element Plus pages takes seconds on a loaded 2-core machine: what a test
+    // checks is what renders, never how fast (the default 5 s cut one off under load).
+    testTimeout: 30000,
   },
 }))

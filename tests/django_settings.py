@@ -2,7 +2,7 @@
 
 A node with DJANGO_DEBUG off refuses to start without DJANGO_SECRET_KEY. pytest-django
 imports the settings before any conftest runs, so the key is set here; node processes the
-tests start inherit it unless they get their own (backend.nodes.process.NodeProcess does).
+tests start inherit it unless they get their own (devnet.process.NodeProcess does).
 """
 
 import os

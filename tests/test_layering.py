@@ -18,6 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 SWARM_PUBLIC = {"backend.swarm", "backend.swarm.api", "backend.swarm.errors", "backend.swarm.factory"}
 SWARM_PUBLIC |= {"backend.swarm.placement", "backend.swarm.reference", "backend.swarm.repair_schedule"}
 CHAIN_LIBRARIES = ("web3", "eth_tester")
+HARNESS = "devnet"  # the development harness, apart from the product
+
+# The backend's apps (and its top-level modules) in layers, lowest first: an app imports only
+# apps of lower layers, never one of its own layer or above, so the app graph has no cycle
+# (docs/ARCHITECTURE.md, section 2). A new app or module must be placed here to pass.
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(layer)
+    for layer in (
+        {"identity", "peers", "celery", "environ_config", "limits"},  # leaves: import no other app
+        {"api"},  # cross-cutting API pieces (reads roles)
+        {"ledger"},  # the only code talking to the chain (signs with the node key)
+        {"swarm"},  # the only code touching chunks (its peer routes sit behind peers)
+        {"datasets", "nodes", "serving"},  # datasets and grants; users and registration; models
+        {"cluster"},  # workers, slots and the tasks the driver's actions run as
+        {"jobs"},  # job flows, the round driver, its agent and the `node` command
+        {"web", "api_urls", "settings", "wsgi"},  # dashboard, routes, entry points
+        {"urls"},
+    )
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -38,9 +57,67 @@ def _under(name: str, roots: tuple[str, ...]) -> bool:
     return any(name == root or name.startswith(root + ".") for root in roots)
 
 
+def _module_of(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module a file imports, relative imports resolved, inside functions or not."""
+    package = _module_of(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names if node.module is None)
+    return names
+
+
+def _app(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "backend" and len(parts) > 1 else None
+
+
+def _layer(app: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if app in layer)
+
+
+def _upward(edges: set[tuple[str, str, str]]) -> list[str]:
+    """The (file, from app, to app) imports that do not go to a lower layer."""
+    return sorted(f"{file}: {a} -> {b}" for file, a, b in edges if _layer(b) >= _layer(a))
+
+
+def _app_edges() -> set[tuple[str, str, str]]:
+    edges = set()
+    for path in _sources("backend"):
+        source = _app(_module_of(path))
+        for name in _absolute_imports(path):
+            target = _app(name)
+            if source and target and target != source:
+                edges.add((str(path.relative_to(ROOT)), source, target))
+    return edges
+
+
 def test_the_sources_are_found() -> None:
     # Guards the tests below against passing on an empty walk.
     assert len(_sources("fl_node")) > 20 and len(_sources("backend")) > 100
+    assert len(_sources(HARNESS)) >= 5
+
+
+def test_the_product_never_imports_the_dev_harness() -> None:
+    # devnet/ (anvil, development keys, node processes, the local federation, the demo) serves
+    # the demo, the tests and the benchmarks; a production node runs without it.
+    offending = {
+        str(path.relative_to(ROOT)): sorted(n for n in _absolute_imports(path) if _under(n, (HARNESS,)))
+        for path in _sources("backend") + _sources("fl_node")
+    }
+    assert {path: names for path, names in offending.items() if names} == {}
 
 
 def test_fl_node_never_imports_django_or_the_backend() -> None:
@@ -73,8 +150,56 @@ def test_only_the_swarm_touches_chunks() -> None:
     assert {path: names for path, names in offending.items() if names} == {}
 
 
-@pytest.mark.parametrize("source", ["import web3\n", "from backend.swarm.store import ChunkStore\n"])
+def test_peer_auth_is_a_leaf() -> None:
+    # backend/peers (request signing, dialable endpoints, the peer routes' guard) is shared by the
+    # swarm's routes and the jobs' key route; it imports nothing else from the backend.
+    offending = {
+        str(path.relative_to(ROOT)): sorted(
+            n for n in _imports(path) if _under(n, ("backend",)) and not _under(n, ("backend.peers",))
+        )
+        for path in _sources("backend/peers")
+    }
+    assert len(offending) >= 4
+    assert {path: names for path, names in offending.items() if names} == {}
+
+
+def test_every_app_has_one_layer() -> None:
+    apps = {p.name for p in (ROOT / "backend").iterdir() if (p / "__init__.py").exists()}
+    apps |= {p.stem for p in (ROOT / "backend").glob("*.py") if p.stem != "__init__"}
+    placed = [app for layer in LAYERS for app in layer]
+    assert len(placed) == len(set(placed))
+    assert apps == set(placed)
+
+
+def test_apps_import_only_lower_layers() -> None:
+    edges = _app_edges()
+    assert len(edges) > 60  # the walk found the apps' imports (guards an empty walk)
+    assert _upward(edges) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "upward"),
+    [
+        ("from backend.jobs.models import RoundAction\n", True),  # the ledger importing a job
+        ("from backend.identity.key import node_account\n", False),
+        ("from ..nodes import overview\n", True),  # relative, across apps
+        ("from .factory import get_ledger\n", False),
+    ],
+)
+def test_an_upward_import_is_refused(tmp_path: Path, source: str, upward: bool) -> None:
+    package = tmp_path / "backend" / "ledger"
+    package.mkdir(parents=True)
+    path = package / "m.py"
+    path.write_text("def f():\n    " + source)
+    names = {name for name in _absolute_imports(path, tmp_path) if _app(name) not in (None, "ledger")}
+    edges = {("backend/ledger/m.py", "ledger", _app(name)) for name in names}
+    assert bool(_upward(edges)) is upward
+
+
+@pytest.mark.parametrize(
+    "source", ["import web3\n", "from backend.swarm.store import ChunkStore\n", "from devnet import anvil\n"]
+)
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path, source: str) -> None:
     path = tmp_path / "m.py"
     path.write_text("def f():\n    " + source)
-    assert _imports(path) & {"web3", "backend.swarm.store"}
+    assert _imports(path) & {"web3", "backend.swarm.store", "devnet"}

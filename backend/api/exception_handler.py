@@ -90,9 +90,10 @@ def _internal_error(exc: Exception, context) -> Response:
 
 def exception_handler(exc, context):
     if isinstance(exc, DomainError):
-        body = {"detail": scrub(str(exc))}
+        detail = scrub(str(exc))
+        body: dict[str, object] = {"detail": detail}
         if isinstance(exc, InvalidInput) and exc.field:
-            body["errors"] = {exc.field: [body["detail"]]}
+            body["errors"] = {exc.field: [detail]}
         return Response(body, status=exc.status_code)
 
     if isinstance(exc, exceptions.ValidationError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from backend.nodes.roles import ALL_ROLES, Role, role_of
+from backend.identity.roles import ALL_ROLES, Role, role_of
 
 
 class RolePermission(BasePermission):

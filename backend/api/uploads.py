@@ -59,6 +59,8 @@ class BoundedMemoryUploadHandler(FileUploadHandler):
         if self._received > self.limit:
             self._buffer = None
             raise UploadTooLarge(self.limit)
+        # Django sends a file's chunks between new_file (which opens the buffer) and file_complete.
+        assert self._buffer is not None, "a chunk arrived outside a file"
         self._buffer.write(raw_data)
         return None
 

@@ -25,6 +25,8 @@ class Worker(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.ONLINE)
     started = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
+    # Not a column: the cluster view sets it (registry.is_live) for the worker's serializer.
+    live: bool
 
     class Meta:
         ordering = ["name"]
@@ -125,3 +127,30 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.job_id} round {self.round} ({self.state})"
+
+
+class WorkController(models.Model):
+    """This node's AIMD controller of one job's local work (backend.jobs.driver.adaptive_work).
+
+    Kept here, not in memory, so a node that restarts continues from the work it had found
+    instead of starting over from the nominal steps (and so two processes of one node agree).
+    """
+
+    node = models.CharField(max_length=42, blank=True, default="")
+    job_id = models.PositiveBigIntegerField()
+    steps = models.PositiveIntegerField(default=1)  # the local steps of the next round
+    # fl_node.scheduler.AimdController.state(): slow start, smoothed step time and its deviation.
+    state = models.JSONField(default=dict)
+    last_round = models.PositiveIntegerField(default=0)  # the last round observed (each counts once)
+    last_steps = models.PositiveIntegerField(default=0)
+    last_seconds = models.FloatField(default=0.0)
+    target_seconds = models.FloatField(default=0.0)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "job_id"], name="cluster_work_controller_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.steps} steps"

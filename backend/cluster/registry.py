@@ -147,9 +147,9 @@ def ensure_local() -> Worker:
     name = local_name()
     with _local_lock:
         if name not in _local:
-            worker = register(name)
+            registered = register(name)
             _local[name] = Heartbeat(name).start()
-            return worker
+            return registered
     worker = Worker.objects.filter(name=name).first()
     return worker if worker is not None else register(name)
 

@@ -13,8 +13,17 @@ worker of this process:
 
 A failed attempt re-queues the task with an exponential back-off until ``max_attempts``; each
 attempt is a new computation (the trainer reserves its privacy release again, as for any
-retrain). Cancelling a queued task ends it at once; a running attempt cannot be interrupted
-inside the trainer, so its output is discarded (never published) when it ends.
+retrain). Cancelling a queued task ends it at once; a running attempt stops at its next local
+step (fl_node.train.step_boundary: the waiting thread sees the request in the database and
+sets a flag the training loop checks before every step), is marked cancelled and gives its slot
+back; nothing it computed is published. An attempt that ends before it sees the flag has its
+output discarded the same way.
+
+Device: the attempt trains on its slot's device (fl_node.train.on_device: "cpu", or "cuda:i"
+where torch sees a GPU), holding the demand's share of it (cores, or MB of GPU memory). DP-SGD
+trains there too (its secret noise drawn on the CPU and sent over); ``train_demand`` sizes a
+run's GPU share from its model, data and settings (fl_node.train.device_memory_mb), so a run
+too large for every GPU slot trains on a CPU slot.
 """
 
 from __future__ import annotations
@@ -23,33 +32,40 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from datetime import timedelta
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from backend.cluster import placement, registry
-from backend.cluster.models import ERROR_LIMIT, LOG_LIMIT, JobQueue, Task, Worker
-from backend.jobs.driver import priority as thread_priority
-from backend.jobs.driver.state import ActionError
+from backend.cluster import priority as thread_priority
+from backend.cluster.errors import ActionError
+from backend.cluster.models import ERROR_LIMIT, LOG_LIMIT, DeviceSlot, JobQueue, Task, Worker
+from fl_node import train as fl_train
+from fl_node.data import ArrayDataset
 from fl_node.scheduler import TaskDemand
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 State = Task.State
 
-# Local training holds one core of a CPU slot: fl_node's trainer runs on the CPU (it takes no
-# device yet), so a GPU slot is never handed a task that would not use it.
-TRAIN_DEMAND = TaskDemand(kind="cpu", cores=1)
+# Local training holds one core of a CPU slot, or this much memory of a GPU slot where a worker
+# declares one (fl_node.scheduler.place: GPUs first for "auto"); it trains on that device.
+# The default, for a task routed before its model is known; train_demand sizes a known run.
+TRAIN_GPU_MEMORY_MB = 2048
+TRAIN_DEMAND = TaskDemand(kind="auto", cores=1, gpu_memory_mb=TRAIN_GPU_MEMORY_MB)
+CANCEL_POLL_S = 0.1  # a running attempt's cancel request is looked for this often
 MAX_ATTEMPTS = 3
 RETRY_BASE_S = 2.0
 RETRY_CAP_S = 300.0
 QUEUE_WAIT_S = 3600.0  # an attempt waits at most this long for a slot, then its action retries
 POLL_S = 0.2
 ALIVE_POLL_S = 10.0  # a waiting runner marks its task this often at least (every POLL_S * 10)
+DB_WAIT_S = 120.0  # an attempt's end waits this long for a restarting database to record it
 
 
 class TaskCancelled(ActionError):
@@ -58,6 +74,75 @@ class TaskCancelled(ActionError):
 
 class TaskGaveUp(ActionError):
     """Every attempt failed: the task stays failed until an operator resets it."""
+
+
+class _Stopped(BaseException):
+    """Raised inside the training loop at a step boundary once the task's cancel was requested.
+
+    A BaseException, so that no ``except Exception`` of the code in between swallows it.
+    """
+
+
+def _in_slot(fn: Callable[..., T], device: str, stop: threading.Event) -> Callable[..., T]:
+    """``fn`` on the slot's device, stopping at the next step once ``stop`` is set."""
+
+    def check(step: int) -> None:
+        if stop.is_set():
+            raise _Stopped(f"stopped before local step {step + 1}")
+
+    def call(*args, **kwargs):
+        with fl_train.on_device(device), fl_train.step_boundary(check):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+def train_demand(model, data: ArrayDataset, config: fl_train.TrainConfig) -> TaskDemand:
+    """One core of a CPU slot, or the run's estimated memory of a GPU slot (plain or DP-SGD).
+
+    ``TRAIN_DEMAND`` when the model gives no estimate. A run estimated larger than every
+    GPU slot is placed on a CPU slot ("auto": GPUs first, where the demand fits).
+    """
+    memory_mb = fl_train.device_memory_mb(model, data, config)
+    if memory_mb is None:
+        return TRAIN_DEMAND
+    return TaskDemand(kind="auto", cores=1, gpu_memory_mb=memory_mb)
+
+
+def _drop_closed_connection() -> None:
+    """Close this thread's connection if the server closed it (or it expired): the next query
+    opens a new one. Never inside a transaction, which closing would abort."""
+    if not connection.in_atomic_block:
+        close_old_connections()
+
+
+def _wait(future: Future, task: Task, stop: threading.Event):
+    """The attempt's result; meanwhile, a cancel request in the database sets ``stop``."""
+    while not wait([future], timeout=CANCEL_POLL_S).done:
+        try:
+            if not stop.is_set() and Task.objects.filter(pk=task.pk, cancel_requested=True).exists():
+                stop.set()
+        except DatabaseError:  # the server restarts: the attempt goes on, asked again next poll
+            _drop_closed_connection()  # replaced at the next poll
+    _await_database()
+    return future.result()
+
+
+def _await_database(within_s: float = DB_WAIT_S) -> None:
+    """Wait until this thread's database answers (a restarting server refuses connections for
+    seconds), so that what the attempt computed (its privacy spent) is recorded, not lost to a
+    failed write and computed again. After ``within_s`` the writes that follow fail and say why."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return
+        except DatabaseError:
+            _drop_closed_connection()
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
 
 
 def _setting(name: str, default):
@@ -167,6 +252,9 @@ def _logged(fn: Callable[..., T], handlers: list[_ThreadLog]) -> Callable[..., T
         handler = _ThreadLog(threading.get_ident())
         handlers.append(handler)
         logging.getLogger().addHandler(handler)
+        # The pool thread keeps its database connection between tasks: one the server closed
+        # meanwhile (restarted) is dropped here, not used by the task and failed on.
+        _drop_closed_connection()
         try:
             return fn(*args, **kwargs)
         finally:
@@ -187,8 +275,8 @@ def _my_turn(task: Task, worker: Worker) -> bool:
     return not ahead.exclude(pk=task.pk).exists()
 
 
-def _acquire(task: Task, worker: Worker, demand: TaskDemand) -> None:
-    """Wait for the retry time and a slot of ``worker``; raises TaskCancelled."""
+def _acquire(task: Task, worker: Worker, demand: TaskDemand) -> DeviceSlot:
+    """Wait for the retry time and a slot of ``worker``, and return it; raises TaskCancelled."""
     deadline = time.monotonic() + _setting("DEFL_CLUSTER_QUEUE_WAIT_S", QUEUE_WAIT_S)
     if task.amount and task.worker_id != worker.pk:
         placement.release(task)  # routed elsewhere earlier: this worker runs it now
@@ -207,11 +295,15 @@ def _acquire(task: Task, worker: Worker, demand: TaskDemand) -> None:
             placement.release(task)
             _cancel(task)
             raise TaskCancelled(f"task {task.pk} was cancelled")
-        if task.slot_id is not None and task.amount:
-            return  # placed (its share held) when it was routed to this worker
+        if task.amount and (routed := task.slot) is not None:
+            if task.amount >= demand.amount_for(routed.kind):
+                return routed  # placed (its share held) when it was routed to this worker
+            placement.release(task)  # routed with a smaller share than this run needs: place it again
         waiting = task.next_retry_at is not None and task.next_retry_at > timezone.now()
-        if not waiting and _my_turn(task, worker) and placement.reserve(task, demand, [worker.pk]):
-            return
+        if not waiting and _my_turn(task, worker):
+            placed = placement.reserve(task, demand, [worker.pk])
+            if placed is not None:
+                return placed
         if time.monotonic() > deadline:
             raise ActionError(f"no slot of {worker.name} was free for task {task.pk}")
         time.sleep(POLL_S)
@@ -256,8 +348,7 @@ def run(
     task.refresh_from_db()
     worker = registry.current()
     queued_since = timezone.now()
-    _acquire(task, worker, demand)
-    slot = task.slot
+    slot = _acquire(task, worker, demand)
     started = timezone.now()
     attempt = task.attempts + 1
     Task.objects.filter(pk=task.pk).update(
@@ -273,10 +364,19 @@ def run(
     append_log(task, _line(f"attempt {attempt}/{task.max_attempts} on {worker.name} {slot.device_name}"))
     lane = _take_lane(slot.pk)
     handlers: list[_ThreadLog] = []
+    stop = threading.Event()
     clock = time.perf_counter()
     try:
         executor = thread_priority.low_priority(f"task-{slot.device_name}-{lane}", nice)
-        result = executor.submit(_logged(fn, handlers), *args, **kwargs).result()
+        future = executor.submit(_logged(_in_slot(fn, slot.device_name, stop), handlers), *args, **kwargs)
+        result = _wait(future, task, stop)
+    except _Stopped as exc:
+        seconds = time.perf_counter() - clock
+        captured = "".join(line for h in handlers for line in h.lines)
+        append_log(task, captured + _line(f"cancelled while running: {exc} after {seconds:.3f} s"))
+        Task.objects.filter(pk=task.pk).update(duration_s=seconds)
+        _cancel(task)
+        raise TaskCancelled(f"task {task.pk} was cancelled while it ran ({exc})") from None
     except BaseException as exc:
         _failed(task, attempt, time.perf_counter() - clock, exc, handlers)
         raise
@@ -330,7 +430,7 @@ class NotCancellable(Exception):
 
 
 def cancel(task: Task) -> Task:
-    """Cancel a queued task at once; ask a running one to discard its output when it ends."""
+    """Cancel a queued task at once; ask a running one to stop at its next step (its output discarded)."""
     now = timezone.now()
     if Task.objects.filter(pk=task.pk, state=State.QUEUED).update(
         state=State.CANCELLED, cancel_requested=True, finished_at=now, next_retry_at=None
@@ -338,7 +438,7 @@ def cancel(task: Task) -> Task:
         placement.release(task)  # a routed task may hold a share of a slot already
         append_log(task, _line("cancelled by the operator while queued"))
     elif Task.objects.filter(pk=task.pk, state=State.RUNNING).update(cancel_requested=True):
-        append_log(task, _line("cancel requested: the running attempt's output will be discarded"))
+        append_log(task, _line("cancel requested: the running attempt stops at its next step"))
     else:
         task.refresh_from_db()
         raise NotCancellable(f"task {task.pk} is {task.state}: only queued or running tasks can be cancelled")

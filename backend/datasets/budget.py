@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -36,7 +36,7 @@ from django.db import transaction
 from backend.api.errors import BudgetExceeded, Conflict, InvalidInput
 from backend.datasets import chain
 from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
-from backend.nodes import ledger_access
+from backend.ledger import access as ledger_access
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, ReleasePlan, rdp_epsilon
 
 logger = logging.getLogger(__name__)
@@ -161,12 +161,16 @@ def _lock_budget(dataset: Dataset) -> GroupTerms:
     raise Conflict(f"the budget of dataset {dataset.pk} kept changing while it was being charged; retry")
 
 
-def _check_round(round_) -> int | None:
-    if round_ is None:
-        return None
+def _round_number(round_) -> int:
+    """``round_`` if it is a round number; InvalidInput otherwise (None included)."""
     if isinstance(round_, bool) or not isinstance(round_, int) or not 0 <= round_ <= MAX_ROUND:
         raise InvalidInput(f"round must be an integer in [0, {MAX_ROUND}], got {round_!r}")
     return round_
+
+
+def _check_round(round_) -> int | None:
+    """A round number, or None: a release recorded without a round (reserve_budget)."""
+    return None if round_ is None else _round_number(round_)
 
 
 def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Charge:
@@ -267,6 +271,44 @@ def withhold_abandoned(dataset: Dataset, job: str | int, round_: int, kind: str)
             release.status = PrivacyRelease.Status.WITHHELD
             release.save(update_fields=["status", "updated"])  # save(): ``updated`` is auto_now
     return len(open_ids)
+
+
+def settle_closed(
+    dataset: Dataset, job: str | int, before_round: int, published: Callable[[int, str], bool]
+) -> tuple[int, int]:
+    """Settle the reservations of ``job``'s rounds before ``before_round``; returns (released, withheld).
+
+    ``withhold_abandoned`` settles a lost attempt only when the same release is attempted again;
+    a node killed while it trained or scored a round that then closed without it never attempts
+    that release again, so its reservation would stay open for good (and the job's privacy would
+    never be final). The caller names the rounds the chain has closed (no output of theirs can
+    be published any more) and says which releases the chain shows published (``published(round,
+    kind)``: the update or the scores went out before the node died): those become released,
+    every other one withheld. Both stay counted. At most ``MAX_ABANDONED`` rows a call.
+    """
+    before_round = _round_number(before_round)  # None would be a database error in round__lt
+    released = withheld = 0
+    with transaction.atomic():
+        open_rows = list(
+            PrivacyRelease.objects.select_for_update()
+            .filter(
+                dataset_id=dataset.pk,
+                job=str(job),
+                round__lt=before_round,
+                status=PrivacyRelease.Status.RESERVED,
+            )
+            .order_by("id")[:MAX_ABANDONED]
+        )
+        for release in open_rows:
+            assert release.round is not None  # round__lt matches no NULL round
+            if published(release.round, release.kind):
+                release.status = PrivacyRelease.Status.RELEASED
+                released += 1
+            else:
+                release.status = PrivacyRelease.Status.WITHHELD
+                withheld += 1
+            release.save(update_fields=["status", "updated"])  # save(): ``updated`` is auto_now
+    return released, withheld
 
 
 @transaction.atomic

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend import limits
 from backend.api.errors import InvalidInput
-from backend.nodes import ledger_access
-from backend.nodes.ledger_access import LedgerMissing
+from backend.ledger import access as ledger_access
+from backend.ledger.access import LedgerMissing
 
 __all__ = [
     "LedgerMissing",
@@ -23,8 +24,9 @@ __all__ = [
     "node_public_key",
 ]
 
-MICRO_EPSILON = 1_000_000  # DataRegistry counts privacy in micro-epsilon (uint64)
-MAX_EPSILON_CAP = 100.0  # DataRegistry.MAX_PRIVACY_CAP / MICRO_EPSILON: a larger cap is refused on chain
+# DataRegistry counts privacy in micro-epsilon (uint64); a cap above MAX_EPSILON_CAP is refused on chain.
+MICRO_EPSILON = limits.MICRO_EPSILON
+MAX_EPSILON_CAP = limits.MAX_EPSILON_CAP
 _NODE_STATUS_NONE = 0
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from backend.datasets import budget, chain, storage
 from backend.datasets.models import Dataset, Grant
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class DatasetUploadSerializer(serializers.Serializer):
@@ -92,7 +97,9 @@ class BudgetSerializer(serializers.Serializer):
 class DatasetSerializer(serializers.ModelSerializer):
     replication = serializers.SerializerMethodField()
     budget = serializers.SerializerMethodField()
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Dataset

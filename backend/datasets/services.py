@@ -26,6 +26,7 @@ from backend.api.errors import Conflict, InvalidInput, NotFound, ServiceUnavaila
 from backend.datasets import chain, keys, overlap, storage
 from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deserialize, parse_csv, parse_npz
 from backend.datasets.models import Dataset, Grant
+from backend.identity.key import node_account
 from backend.ledger import models as mirror
 from backend.ledger.errors import ContractRevert
 
@@ -241,8 +242,6 @@ def load_dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _unwrap_grant(granted) -> str:
-    from backend.nodes.identity import node_account
-
     wrapped = granted.wrapped_key
     wrapped = bytes.fromhex(_hex(wrapped)) if isinstance(wrapped, str) else bytes(wrapped)
     try:

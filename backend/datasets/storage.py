@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from backend.swarm import factory as swarm_factory
 from backend.swarm.errors import SwarmError
 
 
@@ -21,10 +22,8 @@ class Replication:
 
 
 def _store():
-    # Imported late: building the node's swarm opens its chunk directory and needs the node key.
-    from backend.swarm.factory import node_swarm
-
-    return node_swarm()
+    # Built on first use: building the node's swarm opens its chunk directory and needs the node key.
+    return swarm_factory.node_swarm()
 
 
 def store_encrypted(blob: bytes) -> str:

@@ -40,6 +40,9 @@ class SizeLimitedMemoryUploadHandler(FileUploadHandler):
             self.too_large = True
             self._buffer = None
             raise StopUpload(connection_reset=False)
+        # Django sends a file's chunks between new_file (which opens the buffer) and file_complete;
+        # after StopUpload it reads no further part.
+        assert self._buffer is not None, "a chunk arrived outside a file"
         self._buffer.write(raw_data)
         return None
 

@@ -21,7 +21,7 @@ from backend.datasets.serializers import (
     GrantSerializer,
 )
 from backend.datasets.upload import SizeLimitedMemoryUploadHandler
-from backend.nodes.roles import Role, role_of
+from backend.identity.roles import Role, role_of
 
 
 class OwnDatasetsForProviders(ProviderWrites):
@@ -51,8 +51,10 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         request={"multipart/form-data": DatasetUploadSerializer}, responses={201: DatasetSerializer}
     )
     def create(self, request):
-        form = DatasetUploadSerializer(data=request.data)
-        if self._upload_handler.too_large:
+        form = DatasetUploadSerializer(data=request.data)  # parses the body through the handler
+        handler = self._upload_handler
+        assert handler is not None  # initialize_request installs it before any action runs
+        if handler.too_large:
             raise InvalidInput(
                 f"the file exceeds the {settings.DEFL_MAX_UPLOAD_BYTES} byte limit", field="file"
             )

@@ -1,21 +1,30 @@
 """The jobs app's view of the swarm store: configs, models and updates as blobs, by reference.
 
-Job blobs are stored unencrypted: their references go on chain (public events), so a key
-in the reference would protect nothing. The store verifies every chunk against its address,
-and callers check the recorded content hash, so a fetched blob is the one the chain names.
+Configs and models are stored unencrypted: their references go on chain (public events), so a
+key in the reference would protect nothing. Updates are the exception: a trainer stores its
+update sealed (backend.jobs.sealed), its key released to the job's participants only after the
+round's training deadline, so no member reads another's update while it could still copy it. The
+store verifies every chunk against its address, and callers check the recorded content hash
+(of the plaintext, for an update), so a fetched blob is the one the chain names.
+
+Memory: an update at full density is as large as its model, hundreds of MB for a large one. A
+blob is read from the swarm's stream into one buffer of its exact size (no second copy); one
+larger than the cache's blobs comes back as a fresh ``fl_node.codec.OwnedBuffer`` that its caller
+owns, which backend.jobs.sealed decrypts in place and fl_node.codec decodes without a copy, so
+a round's update is in memory once (tests/jobs/test_blob_memory.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
-from collections import OrderedDict
-from collections.abc import Mapping
 
+from backend.jobs.context import NodeContext
 from backend.jobs.driver.timing import SWARM, part
 from backend.swarm.errors import BlobTooLarge
-from fl_node.codec import INDEX_BYTES, content_hash, update_spec
+from fl_node.codec import OwnedBuffer, content_hash
+from fl_node.sizes import CODEC_SLACK_BYTES as CODEC_SLACK_BYTES  # callers read blobs.*
+from fl_node.sizes import model_max_bytes as model_max_bytes
+from fl_node.sizes import update_max_bytes as update_max_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -23,120 +32,104 @@ logger = logging.getLogger(__name__)
 # its data is fetched: a reference on chain is written by another member, who may point it
 # at a blob of any size (or a tree that claims one).
 CONFIG_MAX_BYTES = 64 * 1024  # a job's canonical JSON config
-# safetensors header (names, shapes, offsets as JSON) and metadata around the tensors.
-CODEC_SLACK_BYTES = 1 << 20
 # A read whose caller knows no model spec (a prefetch of an update): the largest model
 # this node would train at all.
 DEFAULT_MAX_BYTES = 256 << 20
-# A global model carries its weights and the server optimiser's state (e.g. FedAdam's
-# two moments) of the same shapes: three copies at most.
-_MODEL_COPIES = 3
-
-
-def update_max_bytes(global_state: Mapping) -> int:
-    """The largest encoded update of the model whose weights are ``global_state``.
-
-    4 bytes a parameter of the update's spec (float32), plus an 8-byte row id per row of each
-    tensor of 2+ dims (a job's sparse policy may send a dense table as a delta array:
-    fl_node.sparse), plus the codec's header.
-    """
-    shapes = update_spec(global_state).values()
-    rows = sum(INDEX_BYTES * shape[0] for shape in shapes if len(shape) >= 2)
-    return 4 * sum(math.prod(shape) for shape in shapes) + rows + CODEC_SLACK_BYTES
-
-
-def model_max_bytes(state: Mapping) -> int:
-    """The largest encoded global model whose module has the tensors of ``state`` (a state_dict)."""
-    weights = sum(t.numel() * t.element_size() for t in state.values())
-    return _MODEL_COPIES * weights + CODEC_SLACK_BYTES
-
-
-# Blobs this process stored or fetched lately, by reference: a round's updates are read by the
+# Blobs this node stored or fetched lately, by reference: a round's updates are read by the
 # scorer, by every speculating trainer and by the aggregator, and a reference names immutable
-# bytes, so one fetch serves them all. Small blobs only (updates, models), bounded in bytes.
+# bytes, so one fetch serves them all. Small blobs only (updates, models), bounded in bytes. The
+# cache is the node's (``ctx.memory.blobs``, backend.jobs.driver.memory), not the process's: what
+# a node holds is what it fetched through its own swarm, and a restart (``memory.clear()``)
+# starts it empty, as a new process does.
 CACHE_BYTES = 64 * 2**20
 CACHE_BLOB_MAX = 8 * 2**20
-_cache: OrderedDict[str, bytes] = OrderedDict()
-_cache_size = 0
-_cache_lock = threading.Lock()
 
 
 class BlobMismatch(Exception):
     """A fetched blob does not have the content hash the chain recorded."""
 
 
-def put(ctx, data: bytes) -> str:
+def put(ctx: NodeContext, data: bytes) -> str:
     """Store and pin ``data`` (this node keeps a full copy); returns its 64-hex reference."""
     with part(SWARM):
         reference = str(ctx.swarm.put(data, pin=True))
-    _remember(reference, data)
+    _remember(ctx, reference, data)
     return reference
 
 
-def get(ctx, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The blob's bytes if it is at most ``max_bytes`` (else ``BlobTooLarge``, before its data)."""
+def get(ctx: NodeContext, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The blob's bytes if it is at most ``max_bytes`` (else ``BlobTooLarge``, before its data).
+
+    A blob of at most ``CACHE_BLOB_MAX`` bytes is shared through the cache (immutable bytes); a
+    larger one is a fresh ``OwnedBuffer`` (a bytearray) of the caller's, never cached.
+    """
     key = _key(reference)
-    with _cache_lock:
-        data = _cache.get(key)
+    cache = ctx.memory.blobs
+    with cache.lock:
+        data = cache.items.get(key)
         if data is not None:
-            _cache.move_to_end(key)
+            cache.items.move_to_end(key)
     if data is not None:
         if len(data) > max_bytes:  # cached by a reader that accepted more
             raise BlobTooLarge(len(data), max_bytes)
         return data
     with part(SWARM):
-        data = ctx.swarm.read(key, max_bytes=max_bytes)
-    _remember(key, data)
+        data = _read(ctx.swarm, key, max_bytes)
+    _remember(ctx, key, data)
     return data
 
 
-def prefetch(ctx, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-    """Fetch a blob into this process's cache ahead of the action that will read it."""
+def _read(swarm, key: str, max_bytes: int) -> bytes | OwnedBuffer:
+    """The blob, in one buffer of its exact size (``Swarm.read_buffer``): bytes when the cache
+    may hold it, else the ``OwnedBuffer`` itself, handed to the caller."""
+    buffer = swarm.read_buffer(key, max_bytes=max_bytes, allocate=OwnedBuffer)
+    return bytes(buffer) if len(buffer) <= CACHE_BLOB_MAX else buffer
+
+
+def prefetch(ctx: NodeContext, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    """Fetch a blob into this node's cache ahead of the action that will read it."""
     try:
         get(ctx, reference, max_bytes=max_bytes)
     except Exception as exc:  # the action's own read will retry, and report it
         logger.debug("prefetching %s failed: %s", reference[:18], exc)
 
 
-def cached(reference: str) -> bool:
-    with _cache_lock:
-        return _key(reference) in _cache
-
-
-def clear() -> None:
-    global _cache_size
-    with _cache_lock:
-        _cache.clear()
-        _cache_size = 0
+def cached(ctx: NodeContext, reference: str) -> bool:
+    cache = ctx.memory.blobs
+    with cache.lock:
+        return _key(reference) in cache.items
 
 
 def _key(reference: str) -> str:
     return reference.removeprefix("0x").lower()
 
 
-def _remember(reference: str, data: bytes) -> None:
-    global _cache_size
+def _remember(ctx: NodeContext, reference: str, data: bytes) -> None:
     if len(data) > CACHE_BLOB_MAX:
         return
+    data = bytes(data)  # a caller's bytearray stays its own
     key = _key(reference)
-    with _cache_lock:
-        if key in _cache:
+    cache = ctx.memory.blobs
+    with cache.lock:
+        if key in cache.items:
             return
-        _cache[key] = data
-        _cache_size += len(data)
-        while _cache_size > CACHE_BYTES:
-            _, dropped = _cache.popitem(last=False)
-            _cache_size -= len(dropped)
+        cache.items[key] = data
+        cache.size += len(data)
+        while cache.size > CACHE_BYTES:
+            _, dropped = cache.items.popitem(last=False)
+            cache.size -= len(dropped)
 
 
-def get_checked(ctx, reference: str, expected_hash: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+def get_checked(
+    ctx: NodeContext, reference: str, expected_hash: str, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> bytes:
     data = get(ctx, reference, max_bytes=max_bytes)
     if content_hash(data) != expected_hash.removeprefix("0x"):
         raise BlobMismatch(f"blob {reference[:18]}… does not match its recorded hash {expected_hash[:18]}…")
     return data
 
 
-def unpin_quietly(ctx, reference: str) -> None:
+def unpin_quietly(ctx: NodeContext, reference: str) -> None:
     try:
         ctx.swarm.unpin(reference.removeprefix("0x"))
     except Exception:  # undoing a step: the original error matters more

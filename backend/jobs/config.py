@@ -12,21 +12,31 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from backend.limits import (
+    MAX_COMMITTEE,
+    MAX_LINK_MBIT,
+    MAX_LOCAL_STEPS,
+    MAX_PARTICIPANTS,
+    MAX_PUBLIC_ROWS,
+    MAX_ROUNDS,
+    MAX_SCORE,
+    MAX_SPARSE_TABLES,
+    MAX_TENSOR_NAME,
+    MAX_TOP_K,
+    MIN_LOCAL_STEPS,
+    NORM_BOUND_BELOW,
+)
 from fl_node.aggregate import get_strategy
 from fl_node.models import available_models, create_model
 from fl_node.privacy import UpdateGaussianMechanism
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy
-from fl_node.sparse import ENCODINGS, SparsePolicy, public_rows
+from fl_node.sparse import ENCODINGS, PUBLIC_RULES, SparsePolicy, public_rows
 from fl_node.train import TrainConfig
 
 VERSION = "defl-job/1"
 DP_MODES = ("none", "sgd", "update")
 SCORE_METRICS = ("accuracy", "likelihood")
-MAX_COMMITTEE = 15  # FederatedLearning.MAX_COMMITTEE
-MAX_SCORE = 10_000  # basis points: FederatedLearning.MAX_SCORE, the most a margin can be
-MAX_SPARSE_TABLES = 64  # a model's tensors named as sparse tables
-MAX_TENSOR_NAME = 200
-MAX_PUBLIC_ROWS = 1 << 24
+# The bounds (MAX_*) are backend.limits': the serializers, the contracts' tests and the API read them too.
 
 
 class ConfigError(ValueError):
@@ -60,6 +70,9 @@ class SparseConfig:
     # Under DP, each table keeps this many public rows per round (fl_node.sparse.public_rows), so
     # its noised update is a delta array of those rows; 0 keeps every noised row (dense).
     public_rows: int = 0
+    # Which rows (fl_node.sparse.PUBLIC_RULES): "rotate" (half the head, half a seeded draw a round)
+    # or "head" (the public_rows most frequent rows of a frequency-sorted vocabulary, every round).
+    public_rule: str = "rotate"
 
     def __post_init__(self) -> None:
         if isinstance(self.tables, list):  # from JSON
@@ -90,7 +103,8 @@ class JobConfig:
     model_options: dict = field(default_factory=dict)
     dp: DPConfig = field(default_factory=DPConfig)
     sparse: SparseConfig = field(default_factory=SparseConfig)
-    committee_size: int = 2
+    # odd and >= 3 (check_committee_size): smaller only on a development deployment
+    committee_size: int = 3
     top_k: int = 3
     # basis points an update's median score must beat the base (current global) model's by
     margin_bp: int = 0
@@ -101,6 +115,18 @@ class JobConfig:
     val_fraction: float = 0.2
     score_metric: str = "accuracy"
     seed: int = 0
+    # AIMD-adaptive local work (backend.jobs.driver.adaptive_work): each trainer sets its own
+    # steps per round, at most max_local_steps (nominal: a quarter of it), aggregated by FedNova.
+    adaptive_work: bool = False
+    max_local_steps: int = 0
+    # Defenses against a hostile minority (fl_node.robust, issue 14): committee members score each
+    # update relative to the base model at its 1/top_k share, clipped to the round's median norm
+    # (fl_node.score.member_scores), and aggregation clips to the median norm of the round's voting
+    # submissions, keeps what their sign vote backs and applies k/top_k of a step that accepted k
+    # (fl_node.robust.defended_aggregate): what bench/robustness.py measures as "committee".
+    robust: bool = False
+    # An update whose L2 norm is above this scores 0 and is not aggregated (0: no bound).
+    norm_bound: float = 0.0
     version: str = VERSION
 
     def __post_init__(self) -> None:
@@ -109,20 +135,33 @@ class JobConfig:
         # configuration fetched from another node must never make this node import and call.
         _check(self.model in available_models(), "model", f"must be one of {', '.join(available_models())}")
         _check(self.rounds >= 1, "rounds", "must be at least 1")
-        _check(self.rounds < 2**16, "rounds", "must be below 65536")
+        _check(self.rounds <= MAX_ROUNDS, "rounds", f"must be at most {MAX_ROUNDS}")
         _check(self.local_epochs >= 1, "local_epochs", "must be at least 1")
         _check(self.batch_size >= 1, "batch_size", "must be at least 1")
         _check(_positive(self.lr), "lr", "must be a positive number")
         _check(0 <= self.momentum < 1, "momentum", "must be in [0, 1)")
         _check(1 <= self.committee_size <= MAX_COMMITTEE, "committee_size", f"must be 1..{MAX_COMMITTEE}")
-        _check(1 <= self.top_k < 256, "top_k", "must be 1..255")
+        _check(1 <= self.top_k <= MAX_TOP_K, "top_k", f"must be 1..{MAX_TOP_K}")
         _check(0 <= self.margin_bp <= MAX_SCORE, "margin_bp", f"must be 0..{MAX_SCORE} basis points")
-        _check(1 <= self.min_trainers < 2**16, "min_trainers", "must be at least 1")
+        _check(1 <= self.min_trainers, "min_trainers", "must be at least 1")
+        _check(
+            self.min_trainers + self.committee_size <= MAX_PARTICIPANTS,
+            "min_trainers",
+            f"with the committee, must be at most {MAX_PARTICIPANTS} participants",
+        )
         _check(self.round_timeout_s >= 1, "round_timeout_s", "must be at least 1 second")
         _check(self.score_timeout_s >= 1, "score_timeout_s", "must be at least 1 second")
         _check(self.join_timeout_s >= 1, "join_timeout_s", "must be at least 1 second")
         _check(0 < self.val_fraction < 1, "val_fraction", "must be between 0 and 1")
         _check(self.score_metric in SCORE_METRICS, "score_metric", f"must be one of {SCORE_METRICS}")
+        _check(isinstance(self.robust, bool), "robust", "must be true or false")
+        _check(
+            isinstance(self.norm_bound, int | float)
+            and not isinstance(self.norm_bound, bool)
+            and 0 <= self.norm_bound < NORM_BOUND_BELOW,
+            "norm_bound",
+            f"must be 0 (no bound) or a positive number below {NORM_BOUND_BELOW:g}",
+        )
         _check(self.num_classes >= 2, "num_classes", "a classifier needs at least 2 classes")
         _check(all(d >= 1 for d in self.input_shape) and self.input_shape != (), "input_shape", "bad shape")
         dp = self.dp
@@ -137,9 +176,9 @@ class JobConfig:
             _check(_positive(dp.max_grad_norm), "dp.max_grad_norm", "must be a positive number")
         _check(self.sparse.encoding in ENCODINGS, "sparse.encoding", f"must be one of {', '.join(ENCODINGS)}")
         _check(
-            _positive(self.sparse.link_mbit) and self.sparse.link_mbit <= 8e6,
+            _positive(self.sparse.link_mbit) and self.sparse.link_mbit <= MAX_LINK_MBIT,
             "sparse.link_mbit",
-            "must be a positive number of Mbit/s, at most 8e6",
+            f"must be a positive number of Mbit/s, at most {MAX_LINK_MBIT:g}",
         )
         tables = self.sparse.tables
         _check(
@@ -156,7 +195,27 @@ class JobConfig:
             "sparse.public_rows",
             f"must be an integer in [0, {MAX_PUBLIC_ROWS}]",
         )
-        _check(not public or tables, "sparse.public_rows", "needs sparse.tables: the tables it restricts")
+        _check(
+            not public or bool(tables), "sparse.public_rows", "needs sparse.tables: the tables it restricts"
+        )
+        _check(
+            self.sparse.public_rule in PUBLIC_RULES,
+            "sparse.public_rule",
+            f"must be one of {', '.join(PUBLIC_RULES)}",
+        )
+        _check(isinstance(self.adaptive_work, bool), "adaptive_work", "must be true or false")
+        steps = self.max_local_steps
+        if self.adaptive_work:
+            _check(
+                isinstance(steps, int)
+                and not isinstance(steps, bool)
+                and MIN_LOCAL_STEPS <= steps <= MAX_LOCAL_STEPS,
+                "max_local_steps",
+                f"adaptive work needs max_local_steps, an integer in [{MIN_LOCAL_STEPS}, {MAX_LOCAL_STEPS}]",
+            )
+            _check(self.strategy == "fedavg", "strategy", "adaptive work aggregates by FedNova: use fedavg")
+        else:
+            _check(steps == 0, "max_local_steps", "only with adaptive_work")
         try:
             get_strategy(self.strategy, **self.strategy_params)
         except ValueError as exc:
@@ -172,6 +231,14 @@ class JobConfig:
             for later in ("tables", "public_rows"):  # likewise for the fields added later
                 if not data["sparse"][later]:
                     del data["sparse"][later]
+            if data["sparse"]["public_rule"] == "rotate":
+                del data["sparse"]["public_rule"]
+        if not self.adaptive_work:  # likewise
+            del data["adaptive_work"], data["max_local_steps"]
+        if not self.robust:  # likewise
+            del data["robust"]
+        if not self.norm_bound:  # likewise
+            del data["norm_bound"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
     @classmethod
@@ -233,6 +300,9 @@ class JobConfig:
             clip_norm=self.dp.max_grad_norm,
             scores_per_round=scores_per_round,
             public_holdout=public_holdout,
+            # Adaptive work: noise calibrated for the most steps a round may run; each round is
+            # charged for the steps it ran (fl_node.privacy_plan.train_release).
+            max_local_steps=self.max_local_steps if self.adaptive_work else None,
         )
 
     def train_config(self, seed: int, plan: PrivacyPlan | None = None) -> TrainConfig:
@@ -258,7 +328,14 @@ class JobConfig:
         if not (self.dp.private and self.sparse.public_rows):
             return None
         shapes = {name: tuple(t.shape) for name, t in model_state.items()}
-        return public_rows(shapes, self.sparse.tables, self.sparse.public_rows, seed=self.seed, round_=round_)
+        return public_rows(
+            shapes,
+            self.sparse.tables,
+            self.sparse.public_rows,
+            seed=self.seed,
+            round_=round_,
+            rule=self.sparse.public_rule,
+        )
 
     @staticmethod
     def update_mechanism(plan: PrivacyPlan) -> UpdateGaussianMechanism | None:
@@ -274,6 +351,18 @@ class JobConfig:
 
 def _positive(value) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+COMMITTEE_SIZE_RULE = "committee size must be odd and at least 3"
+
+
+def check_committee_size(size: int, *, allow_small: bool) -> None:
+    """The contract's committee rule: an odd size of at least 3 (a committee of 1 or 2 lets one
+    member fix models and carry medians; an even one splits its votes). ``allow_small``: the
+    deployment is a development one (FederatedLearning.allowSmallCommittees), where 1..15 pass."""
+    _check(1 <= size <= MAX_COMMITTEE, "committee_size", f"must be 1..{MAX_COMMITTEE}")
+    if not allow_small:
+        _check(size >= 3 and size % 2 == 1, "committee_size", COMMITTEE_SIZE_RULE)
 
 
 def _check(condition: bool, field_name: str, message: str) -> None:

@@ -6,6 +6,8 @@ identities (the in-process protocol tests do) without their claims colliding.
 
 from django.db import models
 
+from backend.limits import MAX_JOB_NAME
+
 ADDRESS = 42
 
 
@@ -13,7 +15,7 @@ class JobRecord(models.Model):
     """A job's configuration as this node knows it (proposed here, or fetched by its config hash)."""
 
     onchain_id = models.PositiveBigIntegerField(unique=True)
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=MAX_JOB_NAME)
     config = models.JSONField(help_text="the canonical job configuration (backend.jobs.config.JobConfig)")
     config_hash = models.CharField(max_length=66, help_text="swarm reference of the config = configHash")
     initial_model_ref = models.CharField(max_length=130)
@@ -158,3 +160,34 @@ class UpdateEncoding(models.Model):
         ]
         indexes = [models.Index(fields=["node", "job_id", "round"])]
         ordering = ["job_id", "round", "trainer", "tensor"]
+
+
+class UpdateKey(models.Model):
+    """The key of one sealed update (backend.jobs.sealed), as held by ``node``.
+
+    The trainer writes its own row before the sealed blob leaves the node (``own``); every node
+    that obtained a key after the training deadline writes a row once the key opened the blob to
+    the on-chain content hash, and serves it on to the job's other participants (a relay), so a
+    trainer that went offline does not stop the round.
+    """
+
+    node = models.CharField(max_length=ADDRESS)
+    job_id = models.PositiveBigIntegerField()
+    round = models.PositiveIntegerField()
+    trainer = models.CharField(max_length=ADDRESS)
+    reference = models.CharField(max_length=130, help_text="swarm reference of the sealed blob")
+    content_hash = models.CharField(max_length=66, help_text="hash of the plaintext update (on chain)")
+    key = models.CharField(max_length=64, help_text="AES-256-GCM key, hex")
+    own = models.BooleanField(default=False, help_text="sealed by this node (it is the trainer)")
+    # Own rows only: what a retry after a restart needs to submit this same sealed update again
+    # (under its still-open reservation) instead of a retrain, which would be charged again.
+    samples = models.PositiveBigIntegerField(default=0, help_text="own: the update's samples")
+    base_hash = models.CharField(max_length=66, blank=True, help_text="own: the model it was trained on")
+    kind = models.CharField(max_length=32, blank=True, help_text="own: the release kind it was charged as")
+    spend = models.PositiveBigIntegerField(default=0, help_text="own: micro-epsilon its submit records")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "job_id", "round", "trainer"], name="jobs_one_update_key")
+        ]

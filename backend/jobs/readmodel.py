@@ -134,6 +134,7 @@ def _round_releases(job: mirror.Job, node: str) -> dict[int, list[dict]]:
         dataset_id=membership.dataset_id, job=str(job.job_id), round__isnull=False
     ).order_by("id")
     for release in releases:
+        assert release.round is not None  # round__isnull=False above
         out[release.round].append(
             {
                 "kind": release.kind,
@@ -180,7 +181,7 @@ def rounds_payload(job: mirror.Job, node: str) -> list[dict]:
         )
         if event.name == "UpdateSubmitted":
             update_tx[(number, event.args["trainer"])] = (event.tx_hash, event.block_number)
-    scores = defaultdict(dict)
+    scores: defaultdict[tuple[int, str], dict[str, int]] = defaultdict(dict)
     for score in job.scores.all():
         scores[(score.round, score.trainer)][score.member] = score.score
     models = {m.round: m for m in job.global_models.all()}
@@ -247,13 +248,14 @@ def _timings(job_id: int, node: str) -> dict[int, dict]:
     """
     out: dict[int, dict] = defaultdict(dict)
     for action in RoundAction.objects.filter(node=node, job_id=job_id, seconds__isnull=False):
-        started = action.started_at
+        started, seconds = action.started_at, action.seconds
+        assert seconds is not None  # seconds__isnull=False above
         out[action.round][action.kind] = {
-            "seconds": action.seconds,
+            "seconds": seconds,
             "work_seconds": action.work_seconds,
             "parts": action.parts or {},
             "state": action.state,
             "started": started,
-            "finished": started + action.seconds if started is not None else None,
+            "finished": started + seconds if started is not None else None,
         }
     return out

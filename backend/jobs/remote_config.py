@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from backend.api.errors import Conflict
 from backend.jobs.config import JobConfig
+from backend.limits import MAX_JOB_NAME
+
+if TYPE_CHECKING:
+    from backend.datasets.models import Dataset
 
 # Bounds that depend on no deployment choice.
-MAX_NAME_CHARS = 200  # JobRecord.name
+MAX_NAME_CHARS = MAX_JOB_NAME  # JobRecord.name; what POST /api/jobs accepts
 MAX_INPUT_DIMS = 4
 MAX_INPUT_ELEMENTS = 1 << 24  # one sample; only used when this node has no dataset of the schema
 MAX_CLASSES = 1 << 20  # language models predict tokens: num_classes = vocab_size
@@ -176,6 +181,8 @@ def _check_bounds(config: JobConfig, limits: NodeLimits, schema: LocalSchema | N
             f"dp.{name} is not a finite number",
         )
     if dp.private:
+        # JobConfig refuses a private job without a positive target epsilon (ConfigError).
+        assert dp.target_epsilon is not None
         # Noise calibration searches over these: keep them where the accountants are well defined.
         _require(
             dp.target_epsilon <= MAX_EPSILON, f"dp.target_epsilon {dp.target_epsilon} is above {MAX_EPSILON}"
@@ -297,7 +304,7 @@ def _check_model_size(config: JobConfig, limits: NodeLimits) -> None:
     )
 
 
-def local_schema(datasets: Sequence) -> LocalSchema | None:
+def local_schema(datasets: Iterable[Dataset]) -> LocalSchema | None:
     """The schema of this node's datasets of one schema hash (they all share it), or None."""
     for dataset in datasets:
         return LocalSchema(feature_shape=tuple(dataset.feature_shape), num_classes=len(dataset.classes))

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from backend.jobs.config import DP_MODES, MAX_SPARSE_TABLES, MAX_TENSOR_NAME
+from backend import limits
+from backend.jobs.config import DP_MODES
 from fl_node.aggregate import available_strategies
 from fl_node.models import available_models
-from fl_node.sparse import ENCODINGS
+from fl_node.sparse import ENCODINGS, PUBLIC_RULES
 
 
 class DPSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=DP_MODES)
-    target_epsilon = serializers.FloatField(required=False, allow_null=True, min_value=0.0)
+    target_epsilon = serializers.FloatField(
+        required=False, allow_null=True, min_value=0.0, max_value=limits.MAX_TARGET_EPSILON
+    )
     delta = serializers.FloatField(required=False, default=1e-5, min_value=0.0, max_value=1.0)
     max_grad_norm = serializers.FloatField(required=False, default=1.0, min_value=0.0)
 
@@ -39,11 +42,14 @@ class SparseSerializer(serializers.Serializer):
         help_text="auto: per tensor and round by measured density and cost; dense; delta (every table)",
     )
     link_mbit = serializers.FloatField(
-        default=100.0, min_value=0.001, max_value=8e6, help_text="the link (Mbit/s) the cost model assumes"
+        default=100.0,
+        min_value=0.001,
+        max_value=limits.MAX_LINK_MBIT,
+        help_text="the link (Mbit/s) the cost model assumes",
     )
     tables = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_TENSOR_NAME),
-        max_length=MAX_SPARSE_TABLES,
+        child=serializers.CharField(max_length=limits.MAX_TENSOR_NAME),
+        max_length=limits.MAX_SPARSE_TABLES,
         required=False,
         default=list,
         help_text="tensor names that are sparse tables (may go as delta arrays); empty: any of 2+ dims",
@@ -51,9 +57,14 @@ class SparseSerializer(serializers.Serializer):
 
     public_rows = serializers.IntegerField(
         min_value=0,
-        max_value=1 << 24,
+        max_value=limits.MAX_PUBLIC_ROWS,
         default=0,
         help_text="under DP: rows each table keeps per round by a public seeded rule (0: all, dense)",
+    )
+    public_rule = serializers.ChoiceField(
+        choices=PUBLIC_RULES,
+        default="rotate",
+        help_text="rotate: half the head rows and a seeded draw each round; head: the most frequent rows",
     )
 
     def validate_tables(self, value: list[str]) -> list[str]:
@@ -63,39 +74,87 @@ class SparseSerializer(serializers.Serializer):
 
 
 class JobCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=limits.MAX_JOB_NAME)
     model = serializers.ChoiceField(choices=available_models())
     model_options = serializers.DictField(required=False, default=dict)
     dataset = serializers.IntegerField(
         help_text="this node's dataset that defines the schema (input shape, classes)"
     )
-    rounds = serializers.IntegerField(min_value=1, max_value=10_000)
-    local_epochs = serializers.IntegerField(min_value=1, max_value=1_000, default=1)
-    batch_size = serializers.IntegerField(min_value=1, max_value=65_536, default=64)
+    rounds = serializers.IntegerField(min_value=1, max_value=limits.MAX_ROUNDS)
+    local_epochs = serializers.IntegerField(min_value=1, max_value=limits.MAX_LOCAL_EPOCHS, default=1)
+    batch_size = serializers.IntegerField(min_value=1, max_value=limits.MAX_BATCH_SIZE, default=64)
     lr = serializers.FloatField(min_value=0.0, default=0.1)
     strategy = serializers.ChoiceField(choices=available_strategies(), default="fedavg")
     strategy_params = serializers.DictField(required=False, default=dict)
     dp = DPSerializer()
     sparse = SparseSerializer(required=False)
-    committee_size = serializers.IntegerField(min_value=1, max_value=15)
-    top_k = serializers.IntegerField(min_value=1, max_value=255)
+    committee_size = serializers.IntegerField(
+        min_value=1,
+        max_value=limits.MAX_COMMITTEE,
+        help_text="odd and at least 3 (1, 2 or even sizes only on a development deployment)",
+    )
+    top_k = serializers.IntegerField(min_value=1, max_value=limits.MAX_TOP_K)
     margin_bp = serializers.IntegerField(
         min_value=0,
-        max_value=10_000,
+        max_value=limits.MAX_MARGIN_BP,
         default=0,
         help_text="basis points an update's median score must beat the current global model's by",
     )
-    min_trainers = serializers.IntegerField(min_value=1, max_value=200)
-    round_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600)
-    score_timeout_s = serializers.IntegerField(min_value=1, max_value=7 * 24 * 3600, required=False)
-    join_timeout_s = serializers.IntegerField(min_value=1, max_value=30 * 24 * 3600, required=False)
+    min_trainers = serializers.IntegerField(
+        min_value=1,
+        max_value=limits.MAX_PARTICIPANTS - 1,
+        help_text="with committee_size, at most max_participants (GET /api/jobs/limits)",
+    )
+    round_timeout_s = serializers.IntegerField(min_value=1, max_value=limits.MAX_PERIOD_S)
+    score_timeout_s = serializers.IntegerField(min_value=1, max_value=limits.MAX_PERIOD_S, required=False)
+    join_timeout_s = serializers.IntegerField(
+        min_value=1, max_value=limits.MAX_JOIN_TIMEOUT_S, required=False
+    )
     val_fraction = serializers.FloatField(min_value=0.01, max_value=0.9, required=False)
-    seed = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    seed = serializers.IntegerField(min_value=0, max_value=limits.MAX_SEED, required=False)
+    robust = serializers.BooleanField(
+        default=False,
+        help_text="committee defenses: clipped relative scores, median-norm clip, sign vote, verified step",
+    )
+    norm_bound = serializers.FloatField(
+        min_value=0.0,
+        max_value=limits.NORM_BOUND_BELOW,  # exclusive: validate_norm_bound
+        default=0.0,
+        help_text="an update above this L2 norm scores 0 and is not aggregated (0: no bound)",
+    )
+    adaptive_work = serializers.BooleanField(
+        default=False,
+        help_text="AIMD-adaptive local work: each trainer sets its own steps per round (FedNova aggregation)",
+    )
+    max_local_steps = serializers.IntegerField(
+        min_value=0,
+        max_value=limits.MAX_LOCAL_STEPS,
+        default=0,
+        help_text="with adaptive_work: the most local steps a round may run (at least 4); DP noise is planned for it",
+    )
 
     def validate_lr(self, value: float) -> float:
         if value <= 0:
             raise serializers.ValidationError("must be greater than 0")
         return value
+
+    def validate_norm_bound(self, value: float) -> float:
+        if not value < limits.NORM_BOUND_BELOW:
+            raise serializers.ValidationError(f"must be below {limits.NORM_BOUND_BELOW:g}")
+        return value
+
+    def validate(self, attrs):
+        participants = attrs["committee_size"] + attrs["min_trainers"]
+        if participants > limits.MAX_PARTICIPANTS:
+            raise serializers.ValidationError(
+                {
+                    "min_trainers": [
+                        f"committee_size + min_trainers is {participants}; "
+                        f"a job has at most {limits.MAX_PARTICIPANTS} participants"
+                    ]
+                }
+            )
+        return attrs
 
 
 class JoinSerializer(serializers.Serializer):
@@ -103,11 +162,16 @@ class JoinSerializer(serializers.Serializer):
 
 
 class StartSerializer(serializers.Serializer):
-    committee = serializers.ListField(
-        child=serializers.RegexField(r"^0x[0-9a-fA-F]{40}$"),
-        required=False,
-        help_text="the first committee (participants, in seat order); default: the first joined",
-    )
+    """No fields: the contract draws the first committee from the participants at the start."""
+
+    def validate(self, attrs):
+        if isinstance(self.initial_data, dict) and "committee" in self.initial_data:
+            raise serializers.ValidationError(
+                {
+                    "committee": "the first committee is drawn on chain from the participants; it cannot be chosen"
+                }
+            )
+        return attrs
 
 
 # ----------------------------------------------------------------------------- responses (schema)
@@ -120,7 +184,9 @@ class ParticipantPrivacySerializer(serializers.Serializer):
         help_text="this job's released and withheld releases on the dataset"
     )
     epsilon_reserved = serializers.FloatField(help_text="what its reserved releases add on top (local only)")
-    source = serializers.ChoiceField(
+    # The stubs take this for Field.source (the attribute path), but DRF's serializer metaclass
+    # moves declared fields out of the class namespace: nothing is overridden.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
         choices=["local", "chain"],
         help_text="local: this node's own records; chain: the participant's PrivacySpent events (unverified)",
     )

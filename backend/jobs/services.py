@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 
-from eth_utils import to_checksum_address
-
 from backend.api.errors import Conflict, InvalidInput, NotFound
 from backend.datasets.budget import budget_ledger
 from backend.datasets.models import Dataset
 from backend.jobs import blobs, chain, remote_config
-from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
+from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig, check_committee_size
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import workspace
 from backend.jobs.models import JobRecord, Membership
 from backend.ledger import models as mirror
@@ -23,6 +22,10 @@ from fl_node.codec import content_hash, encode_model
 from fl_node.privacy import PrivacyBudgetExceeded
 
 logger = logging.getLogger(__name__)
+
+START_COMMITTEE_REFUSED = (
+    "the first committee is drawn on chain from the job's participants when it starts; it cannot be chosen"
+)
 
 
 # ----------------------------------------------------------------------------- create
@@ -59,6 +62,10 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
             join_timeout_s=request.get("join_timeout_s") or 3600,
             val_fraction=request.get("val_fraction") or 0.2,
             seed=request.get("seed") or 0,
+            adaptive_work=request.get("adaptive_work") or False,
+            max_local_steps=request.get("max_local_steps") or 0,
+            robust=request.get("robust") or False,
+            norm_bound=request.get("norm_bound") or 0.0,
         )
     except ConfigError as exc:
         raise InvalidInput(str(exc), field=exc.field) from None
@@ -78,9 +85,13 @@ def build_config(request: dict, dataset: Dataset) -> JobConfig:
     return config
 
 
-def create_job(ctx, request: dict) -> JobRecord:
+def create_job(ctx: NodeContext, request: dict) -> JobRecord:
     dataset = own_dataset(request["dataset"])
     config = build_config(request, dataset)
+    try:  # the deployment's rule, before anything is stored (the contract refuses it anyway)
+        check_committee_size(config.committee_size, allow_small=chain.allows_small_committees(ctx))
+    except ConfigError as exc:
+        raise InvalidInput(str(exc), field=exc.field) from None
     config_bytes = config.to_bytes()
     model_bytes = encode_model({k: v.detach().clone() for k, v in config.build_model().state_dict().items()})
     config_ref = blobs.put(ctx, config_bytes)
@@ -121,7 +132,7 @@ def create_job(ctx, request: dict) -> JobRecord:
             tx_hash=receipt.tx_hash,
         ),
     )
-    workspace.remember_model(model_hash, model_bytes)
+    workspace.remember_model(ctx, model_hash, model_bytes)
     chain.sync_mirror(ctx)
     return record
 
@@ -136,7 +147,7 @@ def own_dataset(pk) -> Dataset:
 # ----------------------------------------------------------------------------- configs
 
 
-def job_record(ctx, job_id: int) -> JobRecord:
+def job_record(ctx: NodeContext, job_id: int) -> JobRecord:
     """This node's record of a job, fetching its config from the swarm store the first time."""
     record = JobRecord.objects.filter(onchain_id=job_id).first()
     if record is not None:
@@ -147,7 +158,7 @@ def job_record(ctx, job_id: int) -> JobRecord:
     return discover(ctx, job)
 
 
-def discover(ctx, job: mirror.Job) -> JobRecord:
+def discover(ctx: NodeContext, job: mirror.Job) -> JobRecord:
     """Fetch and check a job's configuration by the config hash on chain, and keep it."""
     blob = blobs.get(ctx, job.config_hash, max_bytes=blobs.CONFIG_MAX_BYTES)
     try:
@@ -159,7 +170,7 @@ def discover(ctx, job: mirror.Job) -> JobRecord:
     remote_config.check_remote_config(
         job,
         config,
-        limits=remote_config.NodeLimits.from_settings(),
+        limits=ctx.limits,
         schema=remote_config.local_schema(Dataset.objects.filter(schema_hash=config.schema_hash)[:1]),
         now=chain.chain_time(ctx),
     )
@@ -191,7 +202,7 @@ def mirrored_job(job_id: int) -> mirror.Job:
 # ----------------------------------------------------------------------------- join
 
 
-def projected_epsilon(dataset: Dataset, config: JobConfig) -> float:
+def projected_epsilon(ctx: NodeContext, dataset: Dataset, config: JobConfig) -> float:
     """The dataset's epsilon after every round of this job (RDP-composed with what it spent)."""
     ledger = budget_ledger(dataset)
     if not config.dp.private:
@@ -200,11 +211,12 @@ def projected_epsilon(dataset: Dataset, config: JobConfig) -> float:
             "unbounded privacy budget of the dataset, so no dataset may join it",
             field="dataset",
         )
-    train, val = workspace.local_split(dataset, config)
+    train, val = workspace.local_split(ctx, dataset, config)
     # The plan bounds every round by its training release (a committee round costs no more at
     # the job's deciding order), so rounds x that release is the job's projection.
     plan = config.privacy_plan(num_train=len(train), num_records=len(train) + len(val), scores_per_round=1)
     release = plan.train
+    assert release is not None  # a private job (checked above) has a training release
     return ledger.check(
         noise_multiplier=release.noise_multiplier,
         sample_rate=release.sample_rate,
@@ -223,7 +235,7 @@ def _check_job_delta(delta: float, dataset: Dataset) -> None:
         )
 
 
-def join_job(ctx, job_id: int, dataset_pk) -> Membership:
+def join_job(ctx: NodeContext, job_id: int, dataset_pk) -> Membership:
     chain.sync_mirror(ctx)
     job = mirrored_job(job_id)
     if job.status != mirror.Job.Status.OPEN:
@@ -243,7 +255,7 @@ def join_job(ctx, job_id: int, dataset_pk) -> Membership:
     if config.dp.private:
         _check_job_delta(config.dp.delta, dataset)
     try:
-        projected_epsilon(dataset, config)
+        projected_epsilon(ctx, dataset, config)
     except PrivacyBudgetExceeded as exc:
         raise InvalidInput(
             f"joining job {job_id} would exceed the privacy budget of dataset {dataset.name!r}: "
@@ -262,7 +274,13 @@ def join_job(ctx, job_id: int, dataset_pk) -> Membership:
 # ----------------------------------------------------------------------------- start / cancel
 
 
-def start_job(ctx, job_id: int, committee: list[str] | None = None) -> str:
+def start_job(ctx: NodeContext, job_id: int, committee: list[str] | None = None) -> str:
+    """Start the job on chain; the contract draws its first committee from the participants.
+
+    ``committee`` is refused: no proposer chooses the committee any more (the API says so).
+    """
+    if committee is not None:
+        raise InvalidInput(START_COMMITTEE_REFUSED, field="committee")
     chain.sync_mirror(ctx)
     job = mirrored_job(job_id)
     if job.proposer != ctx.address:
@@ -276,20 +294,12 @@ def start_job(ctx, job_id: int, committee: list[str] | None = None) -> str:
             f"job {job_id} has {len(participants)} participants; it needs {needed} "
             f"({job.committee_size} on the committee and at least {job.min_trainers} trainers)"
         )
-    if committee is None:
-        committee = participants[: job.committee_size]
-    else:
-        committee = [to_checksum_address(member) for member in committee]
-    if len(set(committee)) != job.committee_size or not set(committee) <= set(participants):
-        raise InvalidInput(
-            f"the committee must be {job.committee_size} distinct participants of the job", field="committee"
-        )
-    receipt = chain.start(ctx, job_id, committee)
+    receipt = chain.start(ctx, job_id)
     chain.sync_mirror(ctx)
     return receipt.tx_hash
 
 
-def cancel_job(ctx, job_id: int) -> str:
+def cancel_job(ctx: NodeContext, job_id: int) -> str:
     chain.sync_mirror(ctx)
     job = mirrored_job(job_id)
     if job.proposer != ctx.address:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import time
 
-from celery import shared_task
+from celery import bootsteps, shared_task
 from celery.signals import worker_ready
 from celery.utils.nodenames import worker_direct
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
 
-from backend.cluster import registry
+from backend.celery import app
+from backend.cluster import priority, registry
 from backend.cluster import runner as cluster_runner
 from backend.jobs.context import current_node
-from backend.jobs.driver import actions, priority, warmup
+from backend.jobs.driver import actions, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import RoundAction
 
@@ -53,10 +56,20 @@ def dispatch(due: Due) -> None:
         ctx = current_node()
         priority.low_priority("register", REGISTER_NICE).submit(_run_in_background, ctx, due)
         return
-    if due.kind == RoundAction.Kind.TRAIN:
-        _dispatch_training(current_node(), due)
-        return
-    run_action.delay(due.job_id, due.round, due.kind)
+    try:
+        if due.kind == RoundAction.Kind.TRAIN:
+            _dispatch_training(current_node(), due)
+            return
+        run_action.delay(due.job_id, due.round, due.kind)
+    except Exception as exc:
+        if settings.CELERY_TASK_ALWAYS_EAGER:  # it ran here and failed: not a broker's error
+            requeue_when_back(current_node(), due)
+            raise
+        # The broker is away (restarting): the next tick sends it again.
+        logger.warning(
+            "cannot send %s of job %s round %s to the worker: %s", due.kind, due.job_id, due.round, exc
+        )
+        requeue_unsent(current_node(), [due], f"not sent to the worker (broker unreachable): {exc}")
 
 
 def _dispatch_training(ctx, due: Due) -> None:
@@ -66,10 +79,14 @@ def _dispatch_training(ctx, due: Due) -> None:
     if _closed_training(ctx, due):
         return
     worker = None if settings.CELERY_TASK_ALWAYS_EAGER else cluster_runner.route(task)
-    if worker is not None and worker.queue:
-        run_action.apply_async((due.job_id, due.round, due.kind), queue=worker_direct(worker.queue))
-    else:
-        run_action.delay(due.job_id, due.round, due.kind)
+    try:
+        if worker is not None and worker.queue:
+            run_action.apply_async((due.job_id, due.round, due.kind), queue=worker_direct(worker.queue))
+        else:
+            run_action.delay(due.job_id, due.round, due.kind)
+    except Exception:
+        cluster_runner.placement.release(task)  # the share it was routed with: no task holds it
+        raise
 
 
 def _closed_training(ctx, due: Due) -> bool:
@@ -87,11 +104,34 @@ def _closed_training(ctx, due: Due) -> bool:
 
 def _run_in_background(ctx, due: Due) -> None:
     try:
+        # The thread's connection may have been closed by the server since its last action
+        # (restarted): checked before use (CONN_HEALTH_CHECKS), not failed on.
+        close_old_connections()
         actions.run(ctx, due)
     except Exception:  # actions.run records its own failures; this is the database going away
         logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
+        requeue_when_back(ctx, due)
     finally:
         close_old_connections()
+
+
+def requeue_when_back(ctx, due: Due) -> None:
+    """A claim queued for this process that could not begin (its database went away): back to
+    waiting once the database answers, so the next tick offers it again, not its lease (600 s)
+    later. A claim that began is not touched: actions.run records its own end."""
+    deadline = time.monotonic() + actions.FINISH_RETRY_S
+    while True:
+        close_old_connections()
+        try:
+            requeue_unsent(ctx, [due], "its database went away before it began")
+            return
+        except DatabaseError:
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "%s of job %s round %s stays queued until its lease", due.kind, due.job_id, due.round
+                )
+                return
+            time.sleep(1)
 
 
 @worker_ready.connect
@@ -106,3 +146,58 @@ def _release_lost_claims(sender=None, **_kwargs) -> None:
         logger.info("other workers are live: their running actions are kept")
         return
     actions.release_lost_claims(current_node())
+
+
+# ------------------------------------------------------------------ the broker restarted
+
+
+def requeue_unsent(ctx, dues, why: str) -> int:
+    """Queued claims whose message never reached a worker (not sent, or lost with the broker):
+    back to waiting, so the agent's next tick offers and sends them again.
+
+    Safe even if a message did survive: a worker runs an action only by winning its claim's
+    queued -> running transition, so a message that finds the claim waiting is skipped, and the
+    claim runs once, from the message sent next.
+    """
+    changed = 0
+    for due in dues:
+        changed += RoundAction.objects.filter(
+            node=ctx.address,
+            job_id=due.job_id,
+            round=due.round,
+            kind=due.kind,
+            state=RoundAction.State.QUEUED,
+        ).update(state=RoundAction.State.WAITING, detail=why[:2000], recheck_s=None, updated=timezone.now())
+    return changed
+
+
+def requeue_lost_messages(ctx) -> int:
+    """After the worker lost its broker connection: the messages queued meanwhile may be gone
+    (a broker restarted without persistence keeps none), so every queued claim of this node is
+    sent again. Running claims are this worker's own (it kept running them) or another's."""
+    queued = RoundAction.objects.filter(node=ctx.address, state=RoundAction.State.QUEUED)
+    dues = [Due(a.job_id, a.round, a.kind) for a in queued.only("job_id", "round", "kind")[:10_000]]
+    changed = requeue_unsent(ctx, dues, "sent again: the worker lost its broker connection")
+    if changed:
+        logger.warning("broker connection restored: %d queued action(s) will be sent again", changed)
+    return changed
+
+
+class RequeueAfterReconnect(bootsteps.StartStopStep):
+    """A consumer step: it starts with every connection the worker makes to the broker, the
+    first and each one after a loss; after a loss, the queued actions are sent again."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c) -> None:
+        if getattr(c, "restart_count", 0) < 1:  # the first connection: nothing was lost
+            return
+        try:
+            requeue_lost_messages(current_node())
+        except Exception:  # the database may be away too: the actions' leases still recover them
+            logger.exception("could not re-send the queued actions after the broker came back")
+        finally:
+            close_old_connections()
+
+
+app.steps["consumer"].add(RequeueAfterReconnect)

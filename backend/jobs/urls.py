@@ -1,10 +1,15 @@
 """/api/jobs routes (included from backend/urls.py)."""
 
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from backend.jobs.views import JobViewSet
+from backend.jobs.views import JobViewSet, peer_update_key
 
 router = SimpleRouter(trailing_slash=False)  # no trailing slashes, as in docs/API.md
 router.register("jobs", JobViewSet, basename="job")
 
-urlpatterns = router.urls
+urlpatterns = [
+    # node-signed peer request for a sealed update's key (backend.jobs.sealed)
+    path("jobs/peer/update-key", peer_update_key, name="jobs-peer-update-key"),
+    *router.urls,
+]

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from backend import limits
 from backend.api.errors import NotFound
 from backend.api.permissions import OperatorWrites
-from backend.jobs import readmodel, services
+from backend.jobs import readmodel, sealed, services
 from backend.jobs.context import current_node
 from backend.jobs.models import JobRecord
 from backend.jobs.response_serializers import (
     CommitteeRoundSerializer,
     JobCancelledSerializer,
+    JobLimitsSerializer,
     JobStartedSerializer,
 )
 from backend.jobs.serializers import (
@@ -25,6 +28,9 @@ from backend.jobs.serializers import (
     StartSerializer,
 )
 from backend.ledger import models as mirror
+from backend.peers.guard import peer_signed
+from backend.peers.signing import HEADER_ADDRESS
+from backend.swarm.factory import peer_auth
 
 _JOB_SHAPE = "A job as this node sees it on chain: config, status, participants, committee (docs/API.md)."
 
@@ -55,6 +61,14 @@ class JobViewSet(viewsets.ViewSet):
     def list(self, request):
         jobs = mirror.Job.objects.order_by("-job_id")[:500]
         return Response([self._payload(job) for job in jobs])
+
+    @extend_schema(
+        responses={200: JobLimitsSerializer},
+        description="The bounds of a job's fields (backend.limits), as POST /api/jobs and the contract apply them.",
+    )
+    @action(detail=False, methods=["get"])
+    def limits(self, request):
+        return Response(JobLimitsSerializer(limits.as_dict()).data)
 
     @extend_schema(responses={200: JobSerializer}, description=_JOB_SHAPE)
     def retrieve(self, request, pk=None):
@@ -103,3 +117,22 @@ class JobViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def committee(self, request, pk=None):
         return Response(readmodel.committee_payload(self._job(pk)))
+
+
+def _update_key(request: HttpRequest, body: memoryview) -> HttpResponse:
+    """A sealed update's key, for a participant of its job once the round's training is over.
+
+    Peer API (node-signed, see backend.peers.guard.peer_signed): the signer is checked before the
+    body is read, so the address header is the verified signer. 403 for a non-participant, 409
+    while the round still trains, 404 when this node holds no key of that update (backend.jobs.sealed).
+    """
+    job_id, round_, trainer = sealed.parse_request(bytes(body))  # ValueError: 400
+    node = _node()
+    try:
+        key = sealed.answer(node, node.address, request.headers[HEADER_ADDRESS], job_id, round_, trainer)
+    except sealed.KeyRefused as exc:
+        return JsonResponse({"detail": str(exc)}, status=exc.status)
+    return JsonResponse({"key": key})
+
+
+peer_update_key = peer_signed(_update_key, peer_auth, max_body=sealed.MAX_REQUEST_BYTES)

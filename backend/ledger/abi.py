@@ -10,6 +10,7 @@ from eth_abi import encode as abi_encode
 from eth_abi.codec import ABICodec
 from eth_abi.decoding import StringDecoder
 from eth_abi.registry import BaseEquals, registry
+from eth_typing import ABIComponent, ABIElement, ABIEvent, ABIFunction
 from eth_utils import (
     event_abi_to_log_topic,
     function_abi_to_4byte_selector,
@@ -30,11 +31,11 @@ class ContractCall(NamedTuple):
     output_types: tuple[str, ...]
 
 
-def functions_by_name(abi: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def functions_by_name(abi: list[ABIElement]) -> dict[str, ABIFunction]:
     return {item["name"]: item for item in abi if item["type"] == "function"}
 
 
-def encode_call(to: str, fn_abi: dict[str, Any], args: tuple[Any, ...]) -> ContractCall:
+def encode_call(to: str, fn_abi: ABIFunction, args: tuple[Any, ...]) -> ContractCall:
     data = function_abi_to_4byte_selector(fn_abi) + abi_encode(get_abi_input_types(fn_abi), list(args))
     return ContractCall(to, fn_abi["name"], data, tuple(get_abi_output_types(fn_abi)))
 
@@ -49,11 +50,11 @@ def decode_result(call: ContractCall, data: bytes) -> tuple[Any, ...]:
     return tuple(abi_decode(list(call.output_types), bytes(data)))
 
 
-def to_json(value: Any, abi_type: dict[str, Any]) -> Any:
+def to_json(value: Any, abi_type: ABIComponent) -> Any:
     """An ABI value as JSON: bytes as 0x-hex, tuples as dicts by component name."""
     kind = abi_type["type"]
     if kind.endswith("]"):
-        inner = dict(abi_type, type=kind[: kind.rindex("[")])
+        inner: ABIComponent = {**abi_type, "type": kind[: kind.rindex("[")]}
         return [to_json(v, inner) for v in value]
     if kind == "tuple":
         return {c["name"]: to_json(v, c) for c, v in zip(abi_type["components"], value, strict=True)}
@@ -93,7 +94,7 @@ class EventDecoder:
     """Decodes logs of the DeFL contracts by topic0, from the artifacts' ABIs."""
 
     def __init__(self, artifacts: tuple[Artifact, ...] | None = None):
-        self._events: dict[bytes, tuple[str, dict[str, Any]]] = {}
+        self._events: dict[bytes, tuple[str, ABIEvent]] = {}
         for artifact in artifacts or all_artifacts():
             for item in artifact.abi:
                 if item["type"] == "event":
@@ -113,7 +114,9 @@ class EventDecoder:
             (value,) = abi_decode([item["type"]], topic)
             args[item["name"]] = to_json(value, item)
         data = bytes(log["data"])
-        values = _event_codec.decode(get_abi_input_types({"inputs": plain, "type": "event"}), data)
+        values = _event_codec.decode(
+            get_abi_input_types(ABIEvent(name=event_abi["name"], type="event", inputs=plain)), data
+        )
         for item, value in zip(plain, values, strict=True):
             args[item["name"]] = to_json(value, item)
         ordered = {i["name"]: args[i["name"]] for i in event_abi["inputs"]}

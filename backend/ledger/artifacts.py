@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from eth_typing import ABIElement
 
 ARTIFACTS_DIR = Path(__file__).resolve().parents[2] / "contracts" / "artifacts"
 CONTRACT_NAMES = ("NodeRegistry", "DataRegistry", "FederatedLearning", "CommitteeRuleHarness")
@@ -13,7 +15,7 @@ CONTRACT_NAMES = ("NodeRegistry", "DataRegistry", "FederatedLearning", "Committe
 
 class Artifact(NamedTuple):
     name: str
-    abi: list[dict[str, Any]]
+    abi: list[ABIElement]
     bytecode: bytes
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
+from eth_utils import to_checksum_address
 from web3 import HTTPProvider, Web3
 from web3.providers.eth_tester import EthereumTesterProvider
+from web3.types import RPCEndpoint, Wei
 
 FUNDING_WEI = 1_000 * 10**18
 
@@ -34,10 +36,10 @@ def is_in_process(w3: Web3) -> bool:
 
 def ensure_funds(w3: Web3, address: str, minimum: int = 10**18) -> None:
     """On development chains only: give an account gas money (tester transfer / anvil_setBalance)."""
-    if w3.eth.get_balance(address) >= minimum:
+    if w3.eth.get_balance(to_checksum_address(address)) >= minimum:
         return
     if is_in_process(w3):
-        tx = w3.eth.send_transaction({"from": w3.eth.accounts[0], "to": address, "value": FUNDING_WEI})
+        tx = w3.eth.send_transaction({"from": w3.eth.accounts[0], "to": address, "value": Wei(FUNDING_WEI)})
         w3.eth.wait_for_transaction_receipt(tx)
     elif "anvil" in w3.client_version.lower():
-        w3.provider.make_request("anvil_setBalance", [address, hex(FUNDING_WEI)])
+        w3.provider.make_request(RPCEndpoint("anvil_setBalance"), [address, hex(FUNDING_WEI)])

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import requests
 from eth_account.signers.local import LocalAccount
 from eth_tester.exceptions import TransactionFailed as TesterTransactionFailed
+from eth_typing import HexStr
 from eth_utils import to_checksum_address
 from eth_utils.exceptions import ValidationError as EthValidationError
 from web3 import Web3
@@ -32,6 +33,7 @@ from web3.exceptions import (
     Web3RPCError,
 )
 from web3.providers.eth_tester import EthereumTesterProvider
+from web3.types import BlockIdentifier, FilterParams, TxParams
 
 from .abi import ContractCall, EventDecoder, decode_result, encode_deploy
 from .artifacts import Artifact
@@ -185,7 +187,11 @@ class ChainClient:
         return self.read(lambda: self.w3.eth.block_number)
 
     def get_logs(self, addresses: list[str], from_block: int, to_block: int) -> list[Any]:
-        query = {"address": addresses, "fromBlock": from_block, "toBlock": to_block}
+        query: FilterParams = {
+            "address": [to_checksum_address(a) for a in addresses],
+            "fromBlock": from_block,
+            "toBlock": to_block,
+        }
         return list(self.read(lambda: self.w3.eth.get_logs(query)))
 
     def has_code(self, address: str) -> bool:
@@ -194,29 +200,34 @@ class ChainClient:
     def balance(self, address: str | None = None) -> int:
         return self.read(lambda: self.w3.eth.get_balance(to_checksum_address(address or self.address)))
 
-    def call(self, call: ContractCall, *, block: int | str = "latest") -> tuple[Any, ...]:
+    def call(self, call: ContractCall, *, block: BlockIdentifier = "latest") -> tuple[Any, ...]:
         """eth_call from this account; a revert raises its typed ContractRevert."""
-        tx = {"from": self.address, "to": call.to, "data": call.data}
+        tx: TxParams = {"from": self.address, "to": call.to, "data": call.data}
         try:
             raw = self.read(lambda: self.w3.eth.call(tx, block))
         except (ContractLogicError, TesterTransactionFailed) as exc:
-            raise revert_from(exc) from exc
+            raise revert_from(exc) or UnknownRevert(str(exc)) from exc
         return decode_result(call, raw)
 
     # ---------------------------------------------------------------- writes
 
-    def transact(self, call: ContractCall, *, gas: int | None = None) -> TxReceipt:
-        """Send a contract call as a signed transaction and wait for its receipt."""
-        return self._send({"to": call.to, "data": call.data}, gas)
+    def transact(self, call: ContractCall, *, gas: int | None = None, extra_gas: int = 0) -> TxReceipt:
+        """Send a contract call as a signed transaction and wait for its receipt. ``extra_gas``:
+        room above the estimate for a costlier path the call may take once mined (the state can
+        change between the estimate and the block); unused gas is not charged."""
+        return self._send({"to": call.to, "data": call.data}, gas, extra_gas)
 
     def deploy(self, artifact: Artifact, *args: Any) -> TxReceipt:
         return self._send({"data": encode_deploy(artifact, args)}, None)
 
-    def _send(self, fields: dict[str, Any], gas: int | None) -> TxReceipt:
+    def _send(self, fields: TxParams, gas: int | None, extra_gas: int = 0) -> TxReceipt:
         if gas is None:
-            gas = self._estimate_gas(fields)
+            gas = self._estimate_gas(fields) + extra_gas
         with self.nonces.reserve(self._pending_nonce) as nonce:
-            tx = dict(fields, gas=gas, nonce=nonce, chainId=self.chain_id, value=0, **self._fees())
+            # eth-account takes the transaction as a plain dict (its own field types, not web3's).
+            tx: dict[str, Any] = dict(
+                fields, gas=gas, nonce=nonce, chainId=self.chain_id, value=0, **self._fees()
+            )
             signed = self.account.sign_transaction(tx)
             tx_hash = self._send_raw(signed.raw_transaction, "0x" + bytes(signed.hash).hex())
         receipt = self._wait_receipt(tx_hash)
@@ -224,8 +235,8 @@ class ChainClient:
             raise self._failure(fields, receipt)
         return receipt
 
-    def _estimate_gas(self, fields: dict[str, Any]) -> int:
-        tx = dict(fields, **{"from": self.address})
+    def _estimate_gas(self, fields: TxParams) -> int:
+        tx: TxParams = {**fields, "from": self.address}
         try:
             if self.in_process:
                 # eth-tester estimates by bisection (many executions); one eth_call finds any
@@ -238,7 +249,7 @@ class ChainClient:
             # trainer died) would fail to estimate forever, and nothing would mine a new block.
             estimate = self.read(lambda: self.w3.eth.estimate_gas(tx, "pending"))
         except (ContractLogicError, TesterTransactionFailed) as exc:
-            raise revert_from(exc) from exc
+            raise revert_from(exc) or UnknownRevert(str(exc)) from exc
         except Web3RPCError as exc:
             raise TransactionRejected(f"gas estimation failed: {exc}") from exc
         return int(estimate * self.gas_margin) + 10_000
@@ -285,7 +296,7 @@ class ChainClient:
 
     def _known(self, tx_hash: str) -> bool:
         try:
-            self.read(lambda: self.w3.eth.get_transaction(tx_hash))
+            self.read(lambda: self.w3.eth.get_transaction(HexStr(tx_hash)))
         except TransactionNotFound:
             return False
         return True
@@ -294,7 +305,7 @@ class ChainClient:
         deadline = time.monotonic() + self.receipt_timeout
         while True:
             try:
-                raw = self.read(lambda: self.w3.eth.get_transaction_receipt(tx_hash))
+                raw = self.read(lambda: self.w3.eth.get_transaction_receipt(HexStr(tx_hash)))
                 return self._receipt(raw)
             except (TransactionNotFound, TimeExhausted):
                 if time.monotonic() > deadline:
@@ -315,9 +326,9 @@ class ChainClient:
             events=events,
         )
 
-    def _failure(self, fields: dict[str, Any], receipt: TxReceipt) -> Exception:
+    def _failure(self, fields: TxParams, receipt: TxReceipt) -> Exception:
         """Replay a mined-but-reverted transaction at its block to name the error."""
-        tx = dict(fields, **{"from": self.address})
+        tx: TxParams = {**fields, "from": self.address}
         try:
             self.read(lambda: self.w3.eth.call(tx, receipt.block_number - 1))
         except (ContractLogicError, TesterTransactionFailed) as exc:

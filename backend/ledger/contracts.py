@@ -33,6 +33,21 @@ from .resources import (
 
 ZERO32 = b"\x00" * 32
 
+# A reveal can complete the committee's set and finalize the round in the same transaction when
+# its gas estimate (against the pending block) said it would not: another member's reveal still
+# in flight is mined first and makes this one the last. Sent with the estimate alone it then runs
+# out of gas, and the member's scores are lost (one honest score fewer: with 2 of 3 left, a
+# colluder's 10000 halves into a median of 5000). So a reveal carries room for the finalize:
+# ~150k gas at 10 updates (bench/gas.py: reveal 153k, finalizing reveal 303k), the ranking's cost
+# growing with the updates. Found by tests/adversarial/test_hostile_protocol.py.
+FINALIZE_GAS_BASE = 150_000
+FINALIZE_GAS_PER_UPDATE = 15_000
+
+
+def finalize_headroom(updates: int) -> int:
+    """Gas above a reveal's estimate: what finalizing a round of ``updates`` updates may add."""
+    return FINALIZE_GAS_BASE + FINALIZE_GAS_PER_UPDATE * updates
+
 
 class ContractBase:
     artifact_name: ClassVar[str]
@@ -178,8 +193,10 @@ class FederatedLearning(ContractBase):
     def join(self, job_id: int, dataset_id: int) -> TxReceipt:
         return self._transact("join", job_id, dataset_id)
 
-    def start_job(self, job_id: int, initial_committee: Sequence[str]) -> TxReceipt:
-        return self._transact("startJob", job_id, _addresses(initial_committee))
+    def start_job(self, job_id: int) -> TxReceipt:
+        """Start the job (its proposer only); the first committee is drawn on chain from the
+        participants (JobStarted names it and the seed)."""
+        return self._transact("startJob", job_id)
 
     def cancel(self, job_id: int) -> TxReceipt:
         return self._transact("cancel", job_id)
@@ -214,7 +231,7 @@ class FederatedLearning(ContractBase):
         model): an update is accepted only when its median beats the base scores' median by the
         job's margin. Same order, values and salt as committed."""
         trainers = list(scores)
-        return self._transact(
+        call = self.encode(
             "revealScores",
             job_id,
             round_,
@@ -223,6 +240,7 @@ class FederatedLearning(ContractBase):
             base_score,
             salt,
         )
+        return self.client.transact(call, extra_gas=finalize_headroom(len(trainers)))
 
     def finalize_round(self, job_id: int, round_: int) -> TxReceipt:
         return self._transact("finalizeRound", job_id, round_)
@@ -232,8 +250,12 @@ class FederatedLearning(ContractBase):
     ) -> TxReceipt:
         return self._transact("proposeGlobalModel", job_id, round_, reference, model_hash)
 
-    def confirm_global_model(self, job_id: int, round_: int, model_hash: bytes) -> TxReceipt:
-        return self._transact("confirmGlobalModel", job_id, round_, model_hash)
+    def confirm_global_model(
+        self, job_id: int, round_: int, model_hash: bytes, reference: bytes
+    ) -> TxReceipt:
+        """Confirm the proposal of exactly this (model hash, reference) pair, both recomputed; a
+        pair nobody proposed raises ProposalMismatch."""
+        return self._transact("confirmGlobalModel", job_id, round_, model_hash, reference)
 
     def skip_aggregation(self, job_id: int, round_: int) -> TxReceipt:
         """After the round's aggregation deadline, with no model fixed: keep the previous model,
@@ -267,9 +289,13 @@ class FederatedLearning(ContractBase):
         """The trainer whose update of the round carries this content hash (zero address: none)."""
         return to_checksum_address(self._call("contentOwner", job_id, round_, content_hash)[0])
 
-    def get_proposal(self, job_id: int, round_: int, model_hash: bytes) -> ProposalInfo:
-        proposer, votes, digest = self._call("getProposal", job_id, round_, model_hash)[0]
+    def get_proposal(self, job_id: int, round_: int, model_hash: bytes, reference: bytes) -> ProposalInfo:
+        proposer, votes, digest = self._call("getProposal", job_id, round_, model_hash, reference)[0]
         return ProposalInfo(to_checksum_address(proposer), votes, digest)
+
+    def allow_small_committees(self) -> bool:
+        """A development deployment: committees of 1, 2 or an even size are accepted."""
+        return bool(self._call("allowSmallCommittees")[0])
 
     def quorum(self, committee_size: int) -> int:
         return self._call("quorum", committee_size)[0]
@@ -293,8 +319,10 @@ class CommitteeRuleHarness(ContractBase):
         current_committee: Sequence[str],
         base_scores: int = 0,
         margin: int = 0,
+        tie_seed: bytes = bytes(32),
     ) -> RuleOutcome:
-        """``base_scores``: the members' scores of the base model, packed as ``packed_scores``."""
+        """``base_scores``: the members' scores of the base model, packed as ``packed_scores``;
+        ``tie_seed`` orders equal medians (keccak(tie_seed, trainer), smaller first)."""
         ranking, medians, accepted, next_committee, base_median = self._call(
             "decide",
             _addresses(trainers),
@@ -304,6 +332,7 @@ class CommitteeRuleHarness(ContractBase):
             _addresses(current_committee),
             base_scores,
             margin,
+            tie_seed,
         )[0]
         return RuleOutcome(
             _addresses(ranking),

@@ -22,20 +22,31 @@ def deploy_contracts(
     *,
     admission_threshold_pct: int = DEFAULT_ADMISSION_THRESHOLD_PCT,
     with_harness: bool = False,
+    allow_small_committees: bool = False,
 ) -> Deployment:
-    """Deploy NodeRegistry, DataRegistry and FederatedLearning, wired (and the rule harness for tests)."""
+    """Deploy NodeRegistry, DataRegistry and FederatedLearning, wired (and the rule harness for tests).
+
+    ``allow_small_committees``: a development deployment whose jobs may have committees of 1, 2 or
+    an even size (a production one refuses them: one member would fix models alone). Immutable.
+    """
     start = client.block_number()
-    registry = client.deploy(load_artifact("NodeRegistry"), admission_threshold_pct).contract_address
-    data = client.deploy(load_artifact("DataRegistry"), registry).contract_address
-    fl = client.deploy(load_artifact("FederatedLearning"), registry, data).contract_address
+    registry = _deploy(client, "NodeRegistry", admission_threshold_pct)
+    data = _deploy(client, "DataRegistry", registry)
+    fl = _deploy(client, "FederatedLearning", registry, data, allow_small_committees)
     # Only FederatedLearning records privacy spends (it checks participant and plan): wired once.
     DataRegistry(data, client).wire_spender(fl)
     addresses = {"NodeRegistry": registry, "DataRegistry": data, "FederatedLearning": fl}
     if with_harness:
-        addresses["CommitteeRuleHarness"] = client.deploy(
-            load_artifact("CommitteeRuleHarness")
-        ).contract_address
+        addresses["CommitteeRuleHarness"] = _deploy(client, "CommitteeRuleHarness")
     return Deployment(chain_id=client.chain_id, block=start + 1, addresses=addresses)
+
+
+def _deploy(client: ChainClient, name: str, *args: object) -> str:
+    """Deploy one contract; its address (a creation receipt always carries one)."""
+    address = client.deploy(load_artifact(name), *args).contract_address
+    if address is None:
+        raise LedgerConfigError(f"deploying {name}: the receipt names no contract address")
+    return address
 
 
 def save_deployment(deployment: Deployment, path: str | Path) -> None:

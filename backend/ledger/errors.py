@@ -160,10 +160,6 @@ class TooManyParticipants(ContractRevert):
     """The job is full."""
 
 
-class InvalidCommittee(ContractRevert):
-    """A committee member is not a participant or appears twice."""
-
-
 class WrongRound(ContractRevert):
     """The call names another round than the current one."""
 
@@ -319,7 +315,6 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "NotParticipant": NotParticipant,
     "NotEnoughParticipants": NotEnoughParticipants,
     "TooManyParticipants": TooManyParticipants,
-    "InvalidCommittee": InvalidCommittee,
     "WrongRound": WrongRound,
     "WrongPhase": WrongPhase,
     "CommitteeCannotTrain": CommitteeCannotTrain,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from backend.nodes.identity import node_account
+from backend.identity.key import node_account
 
 from .chains import connect, ensure_funds
 from .client import ChainClient
@@ -26,10 +26,20 @@ def build_client() -> ChainClient:
     return client
 
 
-def deploy(client: ChainClient | None = None) -> Ledger:
-    """Deploy fresh contracts and record them in DEFL_CONTRACTS_FILE (`manage.py ledger deploy`)."""
+def deploy(client: ChainClient | None = None, *, allow_small_committees: bool | None = None) -> Ledger:
+    """Deploy fresh contracts and record them in DEFL_CONTRACTS_FILE (`manage.py ledger deploy`).
+
+    ``allow_small_committees``: a development deployment (`ledger deploy --allow-small-committees`);
+    None: only for the in-process chain, which is a development chain by nature.
+    """
     client = client or build_client()
-    deployment = deploy_contracts(client, admission_threshold_pct=settings.DEFL_ADMISSION_THRESHOLD_PCT)
+    if allow_small_committees is None:
+        allow_small_committees = client.in_process
+    deployment = deploy_contracts(
+        client,
+        admission_threshold_pct=settings.DEFL_ADMISSION_THRESHOLD_PCT,
+        allow_small_committees=allow_small_committees,
+    )
     if not client.in_process:  # an in-process chain dies with the process: nothing to record
         save_deployment(deployment, settings.DEFL_CONTRACTS_FILE)
     return Ledger(client, deployment)

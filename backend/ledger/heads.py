@@ -127,6 +127,8 @@ class HeadWatcher:
                         message = ws.recv(timeout=1.0)
                     except TimeoutError:
                         continue
+                    if isinstance(message, bytes):  # a binary frame: JSON all the same
+                        message = message.decode("utf-8", "replace")
                     if '"eth_subscription"' in message:
                         head = parse_head(message)
                         if head is not None and (self._latest is None or head.number >= self._latest.number):

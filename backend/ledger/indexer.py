@@ -3,6 +3,8 @@
 It reads logs in block batches up to ``head - confirmations``; each batch is one database
 transaction that stores the ChainEvent rows, applies the projections of the new ones and moves
 the cursor, so a crash resumes at the last committed block and a replay changes nothing.
+Several indexers of one database (a node's agent and web server) take turns on the cursor's row:
+a batch another one stored meanwhile is skipped, never inserted twice.
 Reorganisations deeper than ``confirmations`` are not handled: choose it for your chain.
 
 No event can stop it. Anyone can emit events (a name that is not UTF-8, a job id near 2^200),
@@ -73,17 +75,33 @@ class Rejection:
 
     def row(self) -> RejectedEvent:
         log, event = self.log, self.event
-        data = bytes(log["data"]) if log is not None else b""
-        tx_hash = log["transactionHash"] if log is not None else event.tx_hash
+        reason = self.reason[: RejectedEvent.MAX_REASON]
+        if log is None:  # refused when stored: its decoded event says where it was
+            if event is None:
+                raise ValueError("a rejection carries its log, its decoded event, or both")
+            return RejectedEvent(
+                contract=event.contract,
+                address=event.address[:42],
+                name=event.name,
+                block_number=event.block_number,
+                tx_hash=event.tx_hash,
+                log_index=event.log_index,
+                reason=reason,
+                topics=[],
+                data="0x",
+                data_size=0,
+            )
+        data = bytes(log["data"])
+        tx_hash = log["transactionHash"]
         return RejectedEvent(
             contract=event.contract if event else "",
-            address=str(log["address"] if log is not None else event.address)[:42],
+            address=str(log["address"])[:42],
             name=event.name if event else "",
-            block_number=int(log["blockNumber"]) if log is not None else event.block_number,
+            block_number=int(log["blockNumber"]),
             tx_hash=tx_hash if isinstance(tx_hash, str) else "0x" + bytes(tx_hash).hex(),
-            log_index=int(log["logIndex"]) if log is not None else event.log_index,
-            reason=self.reason[: RejectedEvent.MAX_REASON],
-            topics=["0x" + bytes(t).hex() for t in log["topics"][:4]] if log is not None else [],
+            log_index=int(log["logIndex"]),
+            reason=reason,
+            topics=["0x" + bytes(t).hex() for t in log["topics"][:4]],
             data=("0x" + data[: RejectedEvent.MAX_DATA // 2].hex())[: RejectedEvent.MAX_DATA],
             data_size=len(data),
         )
@@ -200,6 +218,7 @@ class EventIndexer:
             except Exception as exc:  # noqa: BLE001 - whatever a log holds, it is that log's fault
                 rejections.append(Rejection(log, _reason(exc, "cannot decode it: "), event))
         events.sort(key=lambda e: (e.block_number, e.log_index))
+        self._ensure_cursor()
         try:
             with transaction.atomic():
                 new, rejected = self._store(events, rejections, raw, last_block, one_by_one=False)
@@ -227,6 +246,11 @@ class EventIndexer:
         # time (a select, a savepoint, an insert) made indexing a block the largest part of an
         # agent's tick, and every node indexes each block the moment it is mined. That is the
         # slow path, taken only when the batch holds an event that cannot be stored.
+        # Indexers of one node (its agent, its web server's lifecycle calls) take turns on the
+        # cursor's row: the second waits for the first to commit, then reads the events stored
+        # (a replay: nothing is new), instead of inserting the same rows and meeting a duplicate
+        # key. SQLite's writers take turns anyway (IMMEDIATE transactions).
+        IndexerCursor.objects.select_for_update().filter(key=self.cursor_key).first()
         known = self._known({e.tx_hash for e in events})
         fresh = [e for e in events if (e.tx_hash, e.log_index) not in known]
         refused = list(rejections)
@@ -256,6 +280,17 @@ class EventIndexer:
         if not IndexerCursor.objects.filter(key=self.cursor_key).update(last_block=last_block):
             IndexerCursor.objects.create(key=self.cursor_key, last_block=last_block)
         return stored, len(refused)
+
+    def _ensure_cursor(self) -> None:
+        """The cursor's row exists before a batch locks it (two indexers may create it at once)."""
+        if not IndexerCursor.objects.filter(key=self.cursor_key).exists():
+            try:
+                with transaction.atomic():
+                    IndexerCursor.objects.get_or_create(
+                        key=self.cursor_key, defaults={"last_block": self.deployment.block - 1}
+                    )
+            except IntegrityError:  # created by the other one meanwhile
+                pass
 
     @staticmethod
     def _known(tx_hashes: set[str]) -> set[tuple[str, int]]:

@@ -14,8 +14,13 @@ ordered on every database, ints in Python.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ValidationError
 from django.db import models
+
+if TYPE_CHECKING:
+    from django.db.models.expressions import Combinable
 
 ADDRESS = 42
 HASH = 66
@@ -31,6 +36,11 @@ class Uint256Field(models.CharField):
     ``order_by`` work as on an integer column; arithmetic in SQL (F() + 1, Sum) does not: the
     mirror never needs it. Python code reads and writes plain ints.
     """
+
+    if TYPE_CHECKING:  # what the Django stubs' plugin types the attribute as: an int
+        _pyi_private_set_type: int | Combinable
+        # The stubs fix a CharField's Python type to str; this one converts to and from int.
+        _pyi_private_get_type: int  # type: ignore[assignment]
 
     def __init__(self, *args, **kwargs):
         kwargs["max_length"] = UINT256_DIGITS
@@ -270,7 +280,10 @@ class GlobalModelProposal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "round", "model_hash"], name="ledger_proposal_unique")
+            # a hash may be proposed with several references: each (hash, reference) is a proposal
+            models.UniqueConstraint(
+                fields=["job", "round", "model_hash", "reference"], name="ledger_proposal_pair_unique"
+            )
         ]
 
 

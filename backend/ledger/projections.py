@@ -14,6 +14,9 @@ import functools
 import json
 from collections.abc import Callable
 
+from django.db import models
+from eth_utils import keccak
+
 from .abi import DecodedEvent
 from .artifacts import all_artifacts
 from .models import (
@@ -77,18 +80,23 @@ def _small(value: int, what: str) -> int:
     return value
 
 
-def _fits(model: type, field: str, value: str) -> str:
+def _fits(model: type[models.Model], field: str, value: str) -> str:
     """An exact value (hex, URL) that must fit its column whole: a cut one would be wrong."""
-    limit = model._meta.get_field(field).max_length
+    limit = _max_length(model, field)
     if limit is not None and len(value) > limit:
         raise Rejected(f"{field} longer than {limit} characters")
     return value
 
 
-def _label(model: type, field: str, value: str) -> str:
+def _label(model: type[models.Model], field: str, value: str) -> str:
     """A display string (a node's name): cut to its column."""
-    limit = model._meta.get_field(field).max_length
+    limit = _max_length(model, field)
     return value[:limit] if limit is not None else value
+
+
+def _max_length(model: type[models.Model], field: str) -> int | None:
+    column = model._meta.get_field(field)
+    return column.max_length if isinstance(column, models.Field) else None
 
 
 def _job(args) -> Job:
@@ -262,25 +270,37 @@ def global_model_proposed(e: DecodedEvent) -> None:
         job=_job(a),
         round=_small(a["round"], "round"),
         model_hash=a["modelHash"],
-        defaults=dict(
-            proposer=a["proposer"], reference=_fits(GlobalModelProposal, "reference", a["modelRef"])
-        ),
+        reference=_fits(GlobalModelProposal, "reference", a["modelRef"]),
+        defaults=dict(proposer=a["proposer"]),
     )
+
+
+def _proposal(job: Job, round_: int, model_hash: str, reference_digest: str) -> GlobalModelProposal | None:
+    """The proposal of ``model_hash`` whose reference hashes to ``reference_digest``: a hash may be
+    proposed with several references (a hijacked one among them), each pair its own proposal."""
+    for proposal in GlobalModelProposal.objects.filter(job=job, round=round_, model_hash=model_hash):
+        if _ref_digest(proposal.reference) == reference_digest.lower():
+            return proposal
+    return None
+
+
+def _ref_digest(reference: str) -> str:
+    return "0x" + keccak(bytes.fromhex(reference.removeprefix("0x"))).hex()
 
 
 def global_model_confirmed(e: DecodedEvent) -> None:
     a = e.args
-    GlobalModelProposal.objects.filter(job=_job(a), round=a["round"], model_hash=a["modelHash"]).update(
-        votes=_small(a["votes"], "votes")
-    )
+    proposal = _proposal(_job(a), a["round"], a["modelHash"], a["referenceDigest"])
+    if proposal is None:
+        raise Rejected(f"no proposal of {a['modelHash']} with that reference for round {a['round']}")
+    proposal.votes = _small(a["votes"], "votes")
+    proposal.save(update_fields=["votes"])
 
 
 def global_model_fixed(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
-    proposal = GlobalModelProposal.objects.filter(
-        job=job, round=a["round"], model_hash=a["modelHash"]
-    ).first()
+    proposal = _proposal(job, a["round"], a["modelHash"], a["referenceDigest"])
     if proposal is None:
         raise Rejected(f"no proposal of {a['modelHash']} for round {a['round']} of job {a['jobId']}")
     GlobalModel.objects.get_or_create(

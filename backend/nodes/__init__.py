@@ -1,1 +1,1 @@
-"""This node's identity (Ethereum key), peers mirrored from the chain, health."""
+"""This node's users and their accounts, its registration on chain, the node overview and its views."""

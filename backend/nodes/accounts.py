@@ -7,8 +7,8 @@ from django.db import transaction
 from rest_framework.authtoken.models import Token
 
 from backend.api.authentication import token_expired
+from backend.identity.roles import Role
 from backend.nodes.models import Profile
-from backend.nodes.roles import Role
 
 
 @transaction.atomic

@@ -16,8 +16,8 @@ from backend.api.authentication import ExpiringTokenAuthentication
 from backend.api.permissions import AnyRole
 from backend.api.throttling import LoginAddressThrottle, LoginLockout, LoginUsernameThrottle
 from backend.api.uploads import RequestTooLarge
+from backend.identity.roles import role_of
 from backend.nodes.accounts import api_token
-from backend.nodes.roles import role_of
 from backend.nodes.serializers import LoginResponseSerializer, LoginSerializer, MeSerializer
 
 LOGIN_BODY_BYTES = 16 * 1024  # a username and a password

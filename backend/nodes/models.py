@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from backend.nodes.roles import Role
+from backend.identity.roles import Role
 
 
 class Profile(models.Model):

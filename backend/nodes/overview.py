@@ -20,9 +20,10 @@ import requests
 from django.conf import settings
 
 from backend.api.exception_handler import scrub
-from backend.nodes import ledger_access
-from backend.nodes.identity import NodeKeyError, node_account
-from backend.nodes.ledger_access import LEDGER_MISSING
+from backend.identity.key import NodeKeyError, node_account
+from backend.ledger import access as ledger_access
+from backend.ledger.access import LEDGER_MISSING
+from backend.ledger.models import ChainEvent
 from backend.swarm.placement import overlay_address
 
 logger = logging.getLogger(__name__)
@@ -215,8 +216,6 @@ ACTIVITY_WINDOW = 2000  # newest events searched for a peer's last transaction
 
 
 def _last_chain_activity(ledger, addresses: list[str]) -> dict[str, datetime]:
-    from backend.ledger.models import ChainEvent
-
     wanted = {address.lower() for address in addresses}
     newest: dict[str, int] = {}
     rows = ChainEvent.objects.order_by("-block_number", "-log_index").values_list("block_number", "args")
@@ -302,8 +301,6 @@ def _static_peer(url: str) -> dict:
 
 def recent_events(limit: int) -> list[dict]:
     """The newest events the ledger's indexer mirrored, with their blocks' times."""
-    from backend.ledger.models import ChainEvent
-
     events = list(ChainEvent.objects.order_by("-block_number", "-log_index")[:limit])
     try:
         ledger = ledger_access.node_ledger()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from eth_keys import keys
 
-from backend.nodes import ledger_access
-from backend.nodes.ledger_access import LEDGER_MISSING
+from backend.identity.key import public_key_bytes
+from backend.ledger import access as ledger_access
+from backend.ledger.access import LEDGER_MISSING
 from backend.swarm.placement import overlay_address
 
 _NODE_STATUS_NONE = 0
@@ -19,11 +19,6 @@ class NodeRegistration:
     status: str  # "registered", "already registered", or "skipped" (no ledger)
     detail: str
     tx_hash: str = ""
-
-
-def public_key_bytes(account) -> bytes:
-    """The 64-byte uncompressed public key (no 0x04 prefix), as NodeRegistry stores it."""
-    return keys.PrivateKey(account.key).public_key.to_bytes()
 
 
 def register_node_on_chain(account) -> NodeRegistration:

@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from backend.nodes.roles import Role
+from backend.identity.roles import Role
 
 
 class LoginSerializer(serializers.Serializer):

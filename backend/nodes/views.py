@@ -5,6 +5,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from backend.api.permissions import OperatorWrites
+from backend.ledger.models import RejectedEvent
 from backend.nodes import overview
 from backend.nodes.serializers import EventQuerySerializer, EventSerializer, NodeSerializer, PeerSerializer
 
@@ -44,8 +45,6 @@ class EventListView(APIView):
 
 
 def _rejected_events(limit: int) -> list[dict]:
-    from backend.ledger.models import RejectedEvent
-
     return [
         {
             "name": event.name,

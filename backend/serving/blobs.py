@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from backend.api.errors import Conflict
-from backend.jobs.blobs import model_max_bytes
+from backend.swarm import factory as swarm_factory
 from fl_node.codec import content_hash
 from fl_node.models import create_model
+from fl_node.sizes import model_max_bytes
 
 
 def _store():
-    from backend.swarm.factory import node_swarm  # late: building it opens the chunk directory
-
-    return node_swarm()
+    return swarm_factory.node_swarm()  # built on first use: building it opens the chunk directory
 
 
 def store_model_bytes(data: bytes) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -26,7 +27,7 @@ class LoadedModel:
 
 
 class ModelCache:
-    def __init__(self, loader: Callable[[object], nn.Module]):
+    def __init__(self, loader: Callable[[Any], nn.Module]):  # a GlobalModel row -> its module
         self._loader = loader
         self._lock = threading.Lock()
         self._by_job: dict[str, LoadedModel] = {}

@@ -120,25 +120,33 @@ class Swarm:
         return done
 
     def read(self, reference: Reference | str, *, max_bytes: int) -> bytes:
-        """A whole (small) blob in memory: at most ``max_bytes``, or ``BlobTooLarge`` before its data.
+        """A whole (small) blob in memory: at most ``max_bytes``, or ``BlobTooLarge`` before its data."""
+        return bytes(self.read_buffer(reference, max_bytes=max_bytes))
 
-        The buffer is the root's span, allocated once that span is known to be in bounds;
-        the joiner's span rules guarantee the leaves fill exactly that.
+    def read_buffer(
+        self, reference: Reference | str, *, max_bytes: int, allocate: Callable[[int], bytearray] = bytearray
+    ) -> bytearray:
+        """A whole blob in one buffer of its exact size, ``allocate(size)`` (a bytearray or a subclass
+        of it, which the caller then owns): at most ``max_bytes``, or ``BlobTooLarge`` before its data.
+
+        The buffer is allocated once the root's span is known to be in bounds; the joiner's span
+        rules guarantee the leaves fill exactly that, so the blob is in memory once.
         """
         self.network.refresh()
         source = NetworkSource(self.network)
         self.last_fetch_stats = source.stats
         size, pieces = open_blob(_ref(reference), source, max_bytes=max_bytes, chunk_size=self.chunk_size)
-        buffer = bytearray(size)
+        buffer = allocate(size)
         done = 0
-        for piece in pieces:
-            if done + len(piece) > size:
-                raise InvalidTree("the leaves hold more bytes than the root's span")
-            buffer[done : done + len(piece)] = piece
-            done += len(piece)
+        with memoryview(buffer) as view:
+            for piece in pieces:
+                if done + len(piece) > size:
+                    raise InvalidTree("the leaves hold more bytes than the root's span")
+                view[done : done + len(piece)] = piece
+                done += len(piece)
         if done != size:
             raise InvalidTree("the leaves hold fewer bytes than the root's span")
-        return bytes(buffer)
+        return buffer
 
     # --- pins ----------------------------------------------------------------------------
     def chunk_addresses(self, reference: Reference | str, *, max_bytes: int | None = None) -> list[bytes]:

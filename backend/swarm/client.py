@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
-from backend.swarm.endpoints import EndpointGuard
+from backend.peers.endpoints import EndpointGuard
+from backend.peers.signing import RequestSigner
 from backend.swarm.errors import ChunkNotFound, CorruptChunk, PeerError
 from backend.swarm.reference import ADDRESS_SIZE, MAX_CHUNK_BYTES
-from backend.swarm.signing import RequestSigner
 from backend.swarm.store import ChunkStore
 from backend.swarm.wire import (
     BatchBody,

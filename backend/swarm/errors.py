@@ -52,14 +52,6 @@ class PeerError(SwarmUnavailable):
     """A peer could not be reached or answered with an error (transport errors end here)."""
 
 
-class SignatureError(SwarmError):
-    """A peer request is unsigned, badly signed, stale or replayed."""
-
-
-class UnregisteredSigner(SignatureError):
-    """A peer request is validly signed by a key that is not a registered node."""
-
-
 class BlobTooLarge(SwarmError):
     """A blob is larger than the reader accepts (refused from its root chunk, before its data)."""
 

@@ -12,14 +12,15 @@ from functools import lru_cache
 
 from django.conf import settings
 
-from backend.nodes.identity import node_account
+from backend.identity.key import node_account
+from backend.peers.guard import PeerAuth
+from backend.peers.signing import NonceCache
 from backend.swarm.api import Swarm
 from backend.swarm.client import LocalTransport
 from backend.swarm.network import build_network
 from backend.swarm.peers import PeerDirectory, StaticPeerDirectory, parse_peers
 from backend.swarm.registry import LedgerPeerDirectory, Member, chain_members, mirrored_members
-from backend.swarm.replay import DatabaseNonceCache
-from backend.swarm.signing import NonceCache
+from backend.swarm.replay import RATE_WINDOW_S, DatabaseNonceCache
 from backend.swarm.store import ChunkStore
 
 # The indexer's mirror stands in for the chain while it is at most this many blocks behind.
@@ -36,9 +37,16 @@ def peer_directory() -> PeerDirectory:
     )
 
 
+def allow_private_peers(directory: PeerDirectory) -> bool:
+    """Whether this node dials peers' loopback and private endpoints (backend.peers.endpoints):
+    ``DEFL_ALLOW_PRIVATE_PEERS``, or a directory that vouches for its endpoints (the operator's
+    ``DEFL_PEERS`` list). One decision for the store's network and the jobs' key requests."""
+    return bool(settings.DEFL_ALLOW_PRIVATE_PEERS or getattr(directory, "trusted_endpoints", False))
+
+
 def registry_members() -> list[Member]:
     """The NodeRegistry's members: from the indexer's mirror when it is current, else the chain."""
-    from backend.nodes import ledger_access  # late: the ledger is built on first use
+    from backend.ledger import access as ledger_access  # late: the ledger is built on first use
 
     ledger = ledger_access.require_ledger()
     indexed = ledger_access.indexed_block(ledger)
@@ -66,18 +74,36 @@ def own_address() -> str:
     return node_account().address
 
 
+def peer_auth() -> PeerAuth:
+    """What the peer routes' guard checks a request against (``backend.peers.guard``), now."""
+    nonces = nonce_cache()
+    return PeerAuth(
+        receiver=own_address(),
+        is_registered=peer_directory().is_registered,
+        nonces=nonces,
+        max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
+        body_timeout_s=settings.DEFL_SWARM_BODY_TIMEOUT_S,
+        max_body=settings.DEFL_SWARM_MAX_BATCH_BYTES,
+        requests_per_min=settings.DEFL_SWARM_PEER_REQUESTS_PER_MIN,
+        bytes_per_min=settings.DEFL_SWARM_PEER_BYTES_PER_MIN,
+        usage=getattr(nonces, "usage", None),
+        rate_window_s=RATE_WINDOW_S,
+    )
+
+
 @lru_cache(maxsize=1)
 def node_swarm() -> Swarm:
     """This node's store, shared by the views, tasks and commands of one process."""
     store = local_store()
+    directory = peer_directory()
     network = build_network(
-        peer_directory(),
+        directory,
         store,
         bytes(node_account().key),
         replication=settings.DEFL_REPLICATION,
         min_replicas=settings.DEFL_SWARM_MIN_REPLICAS,
         timeout_s=settings.DEFL_SWARM_TIMEOUT_S,
-        allow_private=settings.DEFL_ALLOW_PRIVATE_PEERS,
+        allow_private=allow_private_peers(directory),
     )
     return Swarm(store, network)
 

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from backend.peers.endpoints import EndpointRefused
+from backend.peers.signing import RequestSigner
 from backend.swarm.client import ChunkTransport, LocalTransport, PeerClient
-from backend.swarm.endpoints import EndpointRefused
 from backend.swarm.errors import PeerError
 from backend.swarm.peers import Peer, PeerDirectory
-from backend.swarm.placement import effective_replication, rank
-from backend.swarm.signing import RequestSigner
+from backend.swarm.placement import effective_replication, rank, upload_quorum
 from backend.swarm.store import ChunkStore
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ class Network:
 
     @property
     def min_replicas(self) -> int:
-        """Acknowledged copies an upload needs per chunk: the setting, or R when unset (0)."""
-        return min(self._min_replicas or self.r, self.r)
+        """Acknowledged copies an upload needs per chunk: the setting, or a majority of R when unset (0)."""
+        return min(self._min_replicas or upload_quorum(self.r), self.r)
 
     def ranked(self, address: bytes, *, live_only: bool = False) -> list[Node]:
         nodes = [n for n in self.nodes if self.is_up(n)] if live_only else self.nodes

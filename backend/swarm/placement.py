@@ -30,3 +30,14 @@ def rank(address: bytes, nodes: Sequence[T], overlay: Callable[[T], bytes]) -> l
 def effective_replication(replication: int, node_count: int) -> int:
     """R, or every node when there are fewer than R."""
     return max(1, min(replication, node_count))
+
+
+def upload_quorum(replication: int) -> int:
+    """Acknowledged copies an upload needs by default: a majority of R (2 of 3).
+
+    Requiring all R would make every upload fail while any one of R nodes is down (three nodes
+    at R=3 lose all writes with one of them), and a round with them. A majority keeps a blob
+    readable through one more loss; the copies still missing are added by the repair each
+    holder runs on a schedule (repair_schedule.py) once their node is back or replaced.
+    """
+    return replication // 2 + 1

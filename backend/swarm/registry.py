@@ -21,7 +21,7 @@ from typing import Protocol
 
 from eth_utils import is_address, to_checksum_address
 
-from backend.swarm.endpoints import EndpointRefused, check_url
+from backend.peers.endpoints import EndpointRefused, check_url
 from backend.swarm.peers import Peer
 
 logger = logging.getLogger(__name__)

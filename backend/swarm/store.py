@@ -112,7 +112,7 @@ class ChunkStore:
         """
         direct = self._direct and sum(len(data) for _, data in chunks) >= DIRECT_BATCH_BYTES
         results = list(self._io.map(lambda c: self._write(c[0], c[1], verify, direct), chunks))
-        written = [r for r in results if r is not None and r[1] is not None]
+        written = [(a, path, size) for a, path, size in filter(None, results) if path is not None]
         if self.fsync:
             list(self._io.map(_fsync_dir, {path.parent for _, path, _ in written}))
         now = time.time()

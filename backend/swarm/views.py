@@ -1,19 +1,18 @@
 """HTTP endpoints: the signed peer API between nodes and the user API.
 
 Peer endpoints are plain Django views over binary bodies (no DRF parsing or sessions on
-the data path); each verifies the request signature first. User endpoints are DRF
+the data path); each sits behind ``backend.peers.guard.peer_signed``, which verifies the request
+signature first. User endpoints are DRF
 views with the project's authentication; swarm errors reach the project's exception
 handler (backend/api/exception_handler.py), which maps the SwarmError family to HTTP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -25,15 +24,13 @@ from rest_framework.views import APIView
 
 from backend.api.permissions import OperatorWrites
 from backend.api.uploads import BoundedMemoryUploadHandler
+from backend.peers.guard import peer_signed
 from backend.swarm import factory
 from backend.swarm.client import MAX_HAS_ADDRESSES
 from backend.swarm.download import NetworkSource
-from backend.swarm.errors import BlobTooLarge, InvalidReference, SignatureError, UnregisteredSigner
+from backend.swarm.errors import BlobTooLarge, InvalidReference
 from backend.swarm.joiner import blob_span
-from backend.swarm.receive import SlowBody, abandon_body, read_body
 from backend.swarm.reference import ADDRESS_SIZE, MAX_CHUNK_BYTES, Reference
-from backend.swarm.replay import RATE_WINDOW_S
-from backend.swarm.signing import check_body, remember_nonce, verify_headers
 from backend.swarm.wire import (
     batch_digest,
     decode_addresses,
@@ -43,103 +40,11 @@ from backend.swarm.wire import (
     encode_batch,
 )
 
-PeerView = Callable[[HttpRequest, memoryview], HttpResponse]
-
-
 # --- peer API ------------------------------------------------------------------------------
 # Addresses one request may name: a fetch answers with up to that many chunks (64 MiB), a
 # scrub re-reads that many from disk; ``has`` only looks them up.
 MAX_FETCH_ADDRESSES = 64
 MAX_VERIFY_ADDRESSES = 256
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.headers = headers or {}
-
-
-def _body_length(request: HttpRequest, limit: int) -> int:
-    if request.META.get("HTTP_TRANSFER_ENCODING"):
-        raise _Refused(411, "peer requests need a Content-Length")
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise _Refused(400, "bad Content-Length") from None
-    if length < 0:
-        raise _Refused(400, "bad Content-Length")
-    if length > limit:
-        raise _Refused(413, f"request body too large (at most {limit} bytes)")
-    return length
-
-
-def _check_rate(signer: str) -> None:
-    """429 once a peer exceeds its requests or pushed bytes per minute (counted across processes)."""
-    usage = getattr(factory.nonce_cache(), "usage", None)
-    if usage is None:
-        return
-    used = usage(signer, RATE_WINDOW_S)
-    if used.requests > settings.DEFL_SWARM_PEER_REQUESTS_PER_MIN:
-        raise _Refused(429, "too many requests from this peer; retry later", {"Retry-After": "60"})
-    if used.bytes > settings.DEFL_SWARM_PEER_BYTES_PER_MIN:
-        raise _Refused(429, "this peer sent too many bytes; retry later", {"Retry-After": "60"})
-
-
-def peer_signed(
-    view: PeerView, digest: Callable[[memoryview], str] | None = None, *, max_body: int | None = None
-) -> Callable[[HttpRequest], HttpResponse]:
-    """Wrap a peer view: every check that needs no body first, then the body, then the view.
-
-    Length, signature, freshness, receiver, membership, replay and rate are decided from
-    the headers, so a stranger, a replay or an oversized request is refused before one
-    byte of its body is read, and its connection is closed rather than drained. The body
-    is then read with a deadline (a slow sender holds a thread for seconds, not forever)
-    and compared with the signed hash.
-    """
-
-    @csrf_exempt
-    @require_POST
-    def wrapper(request: HttpRequest) -> HttpResponse:
-        body_read = False
-        try:
-            length = _body_length(request, max_body or settings.DEFL_SWARM_MAX_BATCH_BYTES)
-            verified = verify_headers(
-                method=request.method or "POST",
-                path=request.get_full_path(),
-                headers=request.headers,
-                length=length,
-                receiver=factory.own_address(),
-                is_registered=factory.peer_directory().is_registered,
-                max_skew_s=settings.DEFL_SWARM_CLOCK_SKEW_S,
-            )
-            remember_nonce(verified, factory.nonce_cache(), settings.DEFL_SWARM_CLOCK_SKEW_S, length)
-            _check_rate(verified.signer)
-            # Not request.body: the body may exceed DATA_UPLOAD_MAX_MEMORY_SIZE, and
-            # read_body skips the server's copies (receive.py). The view's response must
-            # not refer to the body: its buffer is reused once the block ends.
-            with read_body(request, length, timeout_s=settings.DEFL_SWARM_BODY_TIMEOUT_S) as body:
-                body_read = True
-                check_body(verified, body, digest(body) if digest else None)
-                return view(request, body)
-        except _Refused as exc:
-            response = JsonResponse({"detail": str(exc)}, status=exc.status)
-            for name, value in exc.headers.items():
-                response[name] = value
-        except SlowBody as exc:
-            response = JsonResponse({"detail": str(exc)}, status=408)
-        except ValueError as exc:  # a body cut short, a malformed batch or address list
-            response = JsonResponse({"detail": str(exc)}, status=400)
-        except UnregisteredSigner as exc:
-            response = JsonResponse({"detail": str(exc)}, status=403)
-        except SignatureError as exc:
-            response = JsonResponse({"detail": str(exc)}, status=401)
-        if not body_read:
-            abandon_body(request)
-        return response
-
-    wrapper.__name__ = view.__name__
-    return wrapper
 
 
 def _addresses(body: memoryview, limit: int) -> list[bytes]:
@@ -153,7 +58,7 @@ def _push(request: HttpRequest, body: memoryview) -> HttpResponse:
     """Store a batch of chunks; answer with the addresses now held (bad chunks are left out).
 
     The store hashes every chunk against its address before writing it (verify=True):
-    the signature covers only the addresses (see signing.py). A chunk larger than any
+    the signature covers only the addresses (see backend/peers/signing.py). A chunk larger than any
     chunk of a blob may be is left out too (the joiner would refuse it anyway): a peer
     cannot park arbitrary blobs in this node's store.
     """
@@ -162,7 +67,7 @@ def _push(request: HttpRequest, body: memoryview) -> HttpResponse:
     return HttpResponse(encode_addresses(held), content_type="application/octet-stream")
 
 
-peer_push = peer_signed(_push, digest=batch_digest)
+peer_push = peer_signed(_push, factory.peer_auth, digest=batch_digest)
 
 
 def _fetch(request: HttpRequest, body: memoryview) -> HttpResponse:
@@ -186,9 +91,9 @@ def _verify(request: HttpRequest, body: memoryview) -> HttpResponse:
     return HttpResponse(encode_address_lists([good, corrupt]), content_type="application/octet-stream")
 
 
-peer_fetch = peer_signed(_fetch, max_body=MAX_FETCH_ADDRESSES * ADDRESS_SIZE)
-peer_has = peer_signed(_has, max_body=MAX_HAS_ADDRESSES * ADDRESS_SIZE)
-peer_verify = peer_signed(_verify, max_body=MAX_VERIFY_ADDRESSES * ADDRESS_SIZE)
+peer_fetch = peer_signed(_fetch, factory.peer_auth, max_body=MAX_FETCH_ADDRESSES * ADDRESS_SIZE)
+peer_has = peer_signed(_has, factory.peer_auth, max_body=MAX_HAS_ADDRESSES * ADDRESS_SIZE)
+peer_verify = peer_signed(_verify, factory.peer_auth, max_body=MAX_VERIFY_ADDRESSES * ADDRESS_SIZE)
 
 
 # --- user API ------------------------------------------------------------------------------

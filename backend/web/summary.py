@@ -17,9 +17,10 @@ from django.conf import settings
 
 from backend.jobs.models import JobRecord, Membership, RoundMetric
 from backend.ledger import models as mirror
+from backend.limits import MICRO_EPSILON
 from backend.nodes import overview as node_overview
+from backend.serving.models import GlobalModel
 
-MICRO_EPSILON = 1_000_000  # DataRegistry counts privacy in micro-epsilon
 ACTIVE_JOBS = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
 LAG_WARNING_BLOCKS = 20
 BUDGET_WARNING_SHARE = 0.9
@@ -55,7 +56,7 @@ def _job_row(job: mirror.Job, me: str | None, names: dict[int, str]) -> dict:
         "participants": job.participants.count(),
         "needed": job.committee_size + job.min_trainers,
         "proposer": job.proposer,
-        "mine": bool(me) and job.proposer.lower() == me.lower(),
+        "mine": bool(me and job.proposer.lower() == me.lower()),
         "joined": joined is not None,
         "prepared": bool(joined and joined.prepared_at),
         "latest_accuracy": metric.accuracy if metric else None,
@@ -223,8 +224,6 @@ def granted_datasets() -> list[dict]:
 
 
 def model_catalog() -> list[dict]:
-    from backend.serving.models import GlobalModel
-
     me = node_overview.identity()["address"]
     models = list(GlobalModel.objects.order_by("-created", "-id")[:500])
     job_ids = {int(m.job) for m in models if str(m.job).isdigit()}
@@ -238,7 +237,7 @@ def model_catalog() -> list[dict]:
     out = []
     for model in models:
         job_id = int(model.job) if str(model.job).isdigit() else None
-        metric = metrics.get((job_id, model.round))
+        metric = metrics.get((job_id, model.round)) if job_id is not None else None
         out.append(
             {
                 "id": model.id,

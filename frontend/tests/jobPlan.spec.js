@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest'
-import { checkJobPlan, fittingDefaults, joinableMembers } from '../src/lib/jobPlan.js'
+import { DEFAULT_COMMITTEE, checkJobPlan, fittingDefaults, joinableMembers } from '../src/lib/jobPlan.js'
 
 const member = (name, left, self = false) => ({ address: `0x${name}`, name, self, datasets: left == null ? [] : [{ id: 1, epsilon_left: left }] })
 const threeNodes = { address: '0xa', members: [member('a', 10, true), member('b', 10), member('c', 10)] }
@@ -35,8 +35,13 @@ describe('job plan', () => {
     expect(checkJobPlan(form({ committee_size: 5 }), null, null).ok).toBe(true)
   })
 
-  it('suggests numbers that fit: one committee member, everyone else trains', () => {
-    expect(fittingDefaults(threeNodes, 3)).toEqual({ committee_size: 1, min_trainers: 2, top_k: 2 })
-    expect(fittingDefaults({ members: [member('a', 10)] }, 3)).toBeNull()
+  it('suggests numbers that fit: a committee of 3 (the production minimum), everyone else trains', () => {
+    const five = { members: ['a', 'b', 'c', 'd', 'e'].map((name) => member(name, 10)) }
+    expect(DEFAULT_COMMITTEE).toBe(3)
+    expect(fittingDefaults(five, 3)).toEqual({ committee_size: 3, min_trainers: 2, top_k: 2 })
+    expect(fittingDefaults({ members: [...five.members, member('f', 1)] }, 3)).toEqual({ committee_size: 3, min_trainers: 2, top_k: 2 })
+    // three members cannot seat a committee of 3 and still train: no suggestion, the plan says why
+    expect(fittingDefaults(threeNodes, 3)).toBeNull()
+    expect(checkJobPlan(form({ committee_size: 3 }), threeNodes, 10).problems.map((p) => p.field)).toEqual(['min_trainers', 'committee_size'])
   })
 })

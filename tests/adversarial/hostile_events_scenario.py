@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.mariadb_scenario import throwaway_database
 
 BIG_ID = 2**200  # a job id near 2^200 (spendPrivacy)
 U64_MAX = 2**64 - 1  # deadlines, sample counts, totals at or above 2^63
@@ -52,7 +49,7 @@ def hostile_federation(chain_url: str | None, seed: str, members: int = 3):
     from backend.ledger.chains import ensure_funds
     from backend.ledger.client import ChainClient
     from backend.ledger.deployment import Ledger, deploy_contracts
-    from backend.ledger.devnet import bootstrap_consortium, dev_account
+    from devnet.consortium import bootstrap_consortium, dev_account
     from tests.ledger.conftest import make_federation
 
     if chain_url is None:
@@ -71,7 +68,7 @@ def hostile_federation(chain_url: str | None, seed: str, members: int = 3):
 def attack_chain(ledgers, seed: str) -> ChainAttack:
     """What a hostile outsider and a hostile member (ledgers[1]) send, as raw transactions."""
     from backend.ledger.chains import ensure_funds
-    from backend.ledger.devnet import dev_account, overlay_of, public_key
+    from devnet.consortium import dev_account, overlay_of, public_key
     from tests.adversarial.hostile_chain import encode_raw, send_raw
 
     w3, deployment = ledgers[0].client.w3, ledgers[0].deployment
@@ -120,7 +117,7 @@ def _emit_refused_events(ledgers, seed: str) -> str:
     real blocks (see hostile_chain.emit_as): they reach the indexer through the RPC's eth_getLogs
     and the real decoder, as from an older contract that accepted them."""
     from backend.ledger.chains import ensure_funds
-    from backend.ledger.devnet import dev_account, overlay_of
+    from devnet.consortium import dev_account, overlay_of
     from tests.adversarial.hostile_chain import craft_log, emit_as, event_args
 
     w3, deployment = ledgers[0].client.w3, ledgers[0].deployment
@@ -145,7 +142,7 @@ def _emit_refused_events(ledgers, seed: str) -> str:
 
 def crafted_logs(deployment, attack: ChainAttack, block: int, member: str) -> list[dict[str, Any]]:
     """Events of values the contracts refuse today, in one batch with a valid one in between."""
-    from backend.ledger.devnet import overlay_of
+    from devnet.consortium import overlay_of
     from tests.adversarial.hostile_chain import craft_log, event_args
 
     def log(contract: str, event: str, position: int, **args: Any) -> dict[str, Any]:
@@ -334,16 +331,6 @@ def reset_mirror() -> None:
 # ----------------------------------------------------------------------------- MariaDB runner
 
 
-def _mariadb(statement: str) -> None:
-    import MySQLdb
-
-    connection = MySQLdb.connect(host="127.0.0.1", port=3306, user="root", passwd="")
-    try:
-        connection.cursor().execute(statement)
-    finally:
-        connection.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chain", action="append", choices=["inprocess", "anvil"], required=True)
@@ -351,21 +338,7 @@ def main() -> None:
     parser.add_argument("--mariadb", default="mysql://root@127.0.0.1:3306", help="server URL, no database")
     parser.add_argument("--charset", default="utf8mb4", help="of the database (utf8: 3-byte characters only)")
     options = parser.parse_args()
-    database = f"defl_hostile_{os.getpid()}_{secrets.token_hex(3)}"
-    os.environ.update(
-        DATABASE_URL=f"{options.mariadb}/{database}",
-        DJANGO_SETTINGS_MODULE="backend.settings",
-        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
-        DEFL_DATA_DIR=os.environ.get("DEFL_DATA_DIR", f"/tmp/{database}"),
-    )
-    _mariadb(f"CREATE DATABASE `{database}` CHARACTER SET {options.charset}")
-    try:
-        import django
-        from django.core.management import call_command
-
-        sys.path.insert(0, str(ROOT))
-        django.setup()
-        call_command("migrate", verbosity=0)
+    with throwaway_database("defl_hostile", options.mariadb, charset=options.charset) as database:
         report = {}
         for chain in options.chain:
             reset_mirror()
@@ -375,11 +348,6 @@ def main() -> None:
         from django.db import connection
 
         report["vendor"] = connection.vendor
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        _mariadb(f"DROP DATABASE IF EXISTS `{database}`")
     print(json.dumps(report))
 
 

@@ -12,6 +12,7 @@ hijacked proposal) can be added as methods next to the ones here.
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -23,13 +24,17 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from backend.ledger.devnet import overlay_of, public_key
+from backend.ledger.contracts import score_commitment
+from backend.ledger.errors import decode_revert
 from backend.ledger.resources import Deployment, JobSpec
-from backend.swarm.client import PUSH_PATH
+from backend.peers.signing import RequestSigner
+from backend.swarm.client import PUSH_PATH, PeerClient
+from backend.swarm.errors import ChunkNotFound, SwarmError
+from backend.swarm.joiner import join
 from backend.swarm.pipeline import store_stream
-from backend.swarm.reference import chunk_address, encode_span
-from backend.swarm.signing import RequestSigner
+from backend.swarm.reference import Reference, chunk_address, encode_span, is_valid_chunk
 from backend.swarm.wire import batch_digest, decode_addresses, encode_batch
+from devnet.consortium import overlay_of, public_key
 from tests.adversarial.hostile_chain import RAW_GAS, encode_raw, send_raw
 
 MiB = 1 << 20
@@ -168,17 +173,96 @@ class HostileMember:
     def spend(self, job_id: int, round_: int, amount: int) -> dict:
         return self.call("FederatedLearning", "spendPrivacy", jobId=job_id, round=round_, amount=amount)
 
-    def submit_update(self, job_id: int, round_: int, reference: bytes, samples: int) -> dict:
+    def submit_update(
+        self,
+        job_id: int,
+        round_: int,
+        reference: bytes,
+        samples: int,
+        *,
+        content_hash: bytes | None = None,
+        spend: int = 0,
+    ) -> dict:
+        """An update of ``reference`` claiming ``samples``; its content hash is random unless given
+        (a copier names another trainer's); ``spend``: the privacy spend folded in (0: none)."""
         return self.call(
             "FederatedLearning",
             "submitUpdate",
+            **self._update_args(job_id, round_, reference, samples, content_hash, spend),
+        )
+
+    @staticmethod
+    def _update_args(job_id, round_, reference, samples, content_hash, spend) -> dict[str, Any]:
+        return dict(
             jobId=job_id,
             round=round_,
             modelRef=reference,
-            contentHash=os.urandom(32),
+            contentHash=content_hash if content_hash is not None else os.urandom(32),
             samples=samples,
-            spend=0,  # submitUpdate's folded privacy spend (issue 14): none here
+            spend=spend,
         )
+
+    def refusal(self, contract: str, function: str, **args: Any) -> str | None:
+        """The custom error the contract answers ``function(**args)`` from this key with, read by an
+        eth_call on the latest block (None: it would be accepted). The same call sent raw is what
+        the test counts; this names why it fails."""
+        data = encode_raw(contract, function, **args)
+        call = {"from": self.address, "to": self.deployment.address(contract), "data": "0x" + data.hex()}
+        answer = self.w3.provider.make_request("eth_call", [call, "latest"])
+        error = answer.get("error")
+        if not error:
+            return None
+        revert = error.get("data")
+        if isinstance(revert, dict):  # some nodes nest it
+            revert = revert.get("data")
+        if not isinstance(revert, str) or len(revert) < 10:
+            return f"reverted: {error.get('message', '')}"
+        return decode_revert(bytes.fromhex(revert.removeprefix("0x"))).error
+
+    def commit_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+    ) -> dict:
+        """commitScores with the commitment an honest member would send for these scores."""
+        commitment = score_commitment(job_id, round_, self.address, scores, base_score, salt)
+        return self.call(
+            "FederatedLearning", "commitScores", jobId=job_id, round=round_, commitment=commitment
+        )
+
+    @staticmethod
+    def reveal_args(
+        job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+    ) -> dict[str, Any]:
+        return dict(
+            jobId=job_id,
+            round=round_,
+            trainers=list(scores),
+            scores=list(scores.values()),
+            baseScore=base_score,
+            salt=salt,
+        )
+
+    def reveal_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
+    ) -> dict:
+        return self.call(
+            "FederatedLearning", "revealScores", **self.reveal_args(job_id, round_, scores, base_score, salt)
+        )
+
+    def propose_model(self, job_id: int, round_: int, reference: bytes, model_hash: bytes) -> dict:
+        return self.call(
+            "FederatedLearning",
+            "proposeGlobalModel",
+            jobId=job_id,
+            round=round_,
+            modelRef=reference,
+            modelHash=model_hash,
+        )
+
+    def packed_scores(self, job_id: int, round_: int, index: int) -> int:
+        """The revealed scores of the round's update ``index`` as anyone reads them (getUpdate)."""
+        data = encode_raw("FederatedLearning", "getUpdate", jobId=job_id, round=round_, index=index)
+        raw = self.w3.eth.call({"to": self.deployment.address("FederatedLearning"), "data": data})
+        return int.from_bytes(bytes(raw)[32:64], "big")
 
     def propose_job(self, spec: JobSpec) -> tuple[dict, int | None]:
         """Propose ``spec`` as is; the receipt and the new job's id (None if refused)."""
@@ -239,3 +323,69 @@ class HostileMember:
             acked = self.push(peer, chunks)
             missing = {address for address, _ in chunks} - acked
             assert not missing, f"{peer.url} did not take {len(missing)} chunks"
+
+
+# ----------------------------------------------------------------------------- reading as a member
+
+
+class PeerSource:
+    """A chunk source over the peers' fetch endpoint, signed with one member's key: each chunk is
+    asked of the peers in turn and kept only if it hashes to its address (``joiner.ChunkSource``)."""
+
+    def __init__(self, member: HostileMember, peers: Sequence[Peer]) -> None:
+        self.clients = [
+            PeerClient(p.url, member.signer, receiver=p.address, allow_private=True) for p in peers
+        ]
+
+    def get_many(self, addresses: Sequence[bytes]) -> Iterable[bytes]:
+        found: dict[bytes, bytes] = {}
+        for client in self.clients:
+            wanted = [a for a in addresses if a not in found]
+            if not wanted:
+                break
+            try:
+                answer = client.fetch(wanted)
+            except SwarmError:
+                continue
+            found.update((a, d) for a, d in answer.items() if is_valid_chunk(a, d))
+        for address in addresses:
+            if address not in found:
+                raise ChunkNotFound(address, "no peer returned a valid copy")
+            yield found[address]
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+def read_blob(member: HostileMember, peers: Sequence[Peer], reference: str, *, max_bytes: int) -> bytes:
+    """A blob as any member reads it from the honest nodes (unencrypted job blobs)."""
+    source = PeerSource(member, peers)
+    try:
+        return b"".join(bytes(p) for p in join(Reference.parse(reference), source, max_bytes=max_bytes))
+    finally:
+        source.close()
+
+
+def update_plaintext(
+    member: HostileMember, peers: Sequence[Peer], job_id: int, round_: int, update: dict, *, max_bytes: int
+) -> bytes:
+    """An update's bytes as a participant reads it once the round's training is over: the blob,
+    and, for a sealed update (backend.jobs.sealed), its key asked of the peers by a signed request.
+    ``update``: the UpdateSubmitted event's arguments."""
+    blob = read_blob(member, peers, update["modelRef"], max_bytes=max_bytes + 64)
+    try:
+        from backend.jobs import sealed
+    except ImportError:  # no sealed updates in this tree: blobs are the updates
+        return blob
+    if not blob.startswith(sealed.MAGIC):
+        return blob
+    body = json.dumps({"job": job_id, "round": round_, "trainer": update["trainer"]}).encode()
+    refused = []
+    for peer in peers:
+        answer = member.peer_post(peer, sealed.KEY_PATH, body, timeout=30)
+        if answer.status_code != 200:
+            refused.append(f"{peer.address}: {answer.status_code} {answer.text[:120]}")
+            continue
+        return sealed.unseal(blob, bytes.fromhex(answer.json()["key"]), update["contentHash"])
+    raise AssertionError(f"no peer gave the key of {update['trainer']}'s update: {refused}")

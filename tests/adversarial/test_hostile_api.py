@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from backend.ledger.anvil import free_port
-from backend.nodes.process import NodeProcess
+from devnet.anvil import free_port
+from devnet.process import NodeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,13 +15,13 @@ import logging
 import pytest
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.jobs import blobs, chain
 from backend.jobs.config import DPConfig, JobConfig
 from backend.jobs.driver import agent
 from backend.jobs.models import JobRecord
 from backend.ledger.resources import JobSpec
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 from tests.jobs.jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -29,8 +29,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
 @pytest.fixture(autouse=True)
 def node_settings(settings, tmp_path):
-    from backend.jobs.driver import workspace
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
     from backend.swarm import factory
 
     settings.DEFL_NODE_KEY = "0x" + "6e" * 32  # test-only
@@ -41,9 +40,6 @@ def node_settings(settings, tmp_path):
 
     def clear():
         node_account.cache_clear()
-        workspace.clear()
-        agent._declined.clear()
-        agent._discovery_attempts.clear()
         for cached in (factory.node_swarm, factory.local_store, factory.peer_directory):
             cached.cache_clear()
 
@@ -168,7 +164,8 @@ def test_hostile_configs_are_declined_with_a_reason_and_the_node_keeps_working(
 
     for name, (_, _, reason) in ATTACKS.items():
         job_id = proposed[name]
-        assert reason in agent._declined.get(job_id, ""), f"{name}: {agent._declined.get(job_id)!r}"
+        declined = honest.ctx.memory.agent.declined
+        assert reason in declined.get(job_id, ""), f"{name}: {declined.get(job_id)!r}"
         assert not JobRecord.objects.filter(onchain_id=job_id).exists(), f"{name} was accepted"
         assert any(f"this node declines job {job_id}: " in r.getMessage() for r in caplog.records)
     # Only on the meta device: the node never allocated a hostile model's weights.
@@ -228,9 +225,9 @@ def test_an_oversized_config_reference_is_declined_for_good(federation, monkeypa
     fetched = []
     monkeypatch.setattr(blobs, "get", _recording(blobs.get, fetched))
     agent.discover_configs(honest.ctx)
-    assert "configuration reference is unusable" in agent._declined.get(job_id, "")
+    assert "configuration reference is unusable" in honest.ctx.memory.agent.declined.get(job_id, "")
     assert not JobRecord.objects.filter(onchain_id=job_id).exists()
-    agent._discovery_attempts.clear()  # even once the retry interval passed
+    honest.ctx.memory.agent.discovery_attempts.clear()  # even once the retry interval passed
     before = len(fetched)
     agent.discover_configs(honest.ctx)
     assert len(fetched) == before

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.ledger.anvil import AnvilProcess
+from devnet.anvil import AnvilProcess
 from tests.adversarial.hostile_events_scenario import (
     BIG_ID,
     CAP_1E13,

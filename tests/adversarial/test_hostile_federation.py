@@ -1,11 +1,16 @@
 """A hostile member and a hostile outsider attack a running job of real node processes (issue 13).
 
-Three honest organizations (org-a, org-b on MariaDB, org-c) run a 5-round DP job on anvil.
-org-a, the first round's committee, is the memory-limited victim: its agent runs under an
-RLIMIT_AS of VICTIM_LIMIT. A fourth member, mallory (``HostileMember``: its own key, raw
+Three honest organizations (org-a, org-b on MariaDB, org-c) run a 5-round DP job on anvil
+with a committee of one (a development deployment). Every honest agent runs under an RLIMIT_AS of
+VICTIM_LIMIT: the victim is whichever honest member sits on the committee of the round mallory
+sends its 1 TiB update in. A fourth member, mallory (``HostileMember``: its own key, raw
 transactions, signed peer requests), joins the job and attacks it from inside; an outsider
 with a key no registry lists attacks from outside. Mallory's registered endpoint is a server
 of ours that redirects pushes to an inner address and answers fetches without end.
+
+The first committee is drawn on chain (JobStarted) from all four participants, so it may seat
+mallory: then its seat stays silent (a further attack), it trains from the next round on, and
+every defence below is still exercised in the rounds it trains in (its first update is the bomb).
 
 While the job runs, every attack below is tried (each names its class in ATTACKS). Throughout,
 a sampler asks every honest node for its health and its indexer's lag. Asserted: the job
@@ -13,7 +18,8 @@ finishes on every honest node with the same fixed global models as on chain; mal
 are never accepted; each honest node's indexer passes every attack burst within CATCH_UP_S and
 its lag stays below LAG_BOUND; every health probe is answered within HEALTH_TIMEOUT_S; the
 rejected events are listed with reasons by ``GET /api/events``; the hostile jobs are declined
-with a reason; no node process dies and the victim's peak memory stays under its limit.
+with a reason; no node process dies and the victim's peak memory stays under its limit; a
+seat the draw gave mallory ends by the round's deadlines and keeps the previous model.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ from backend.ledger.abi import EventDecoder
 from backend.ledger.chains import ensure_funds
 from backend.ledger.deployment import load_deployment
 from backend.ledger.resources import JobSpec, JobStatus, RoundPhase
-from backend.localnet import OPERATOR, TERMINAL, LocalFederation, NodeSpec
 from backend.swarm.client import HAS_PATH, PUSH_PATH
 from backend.swarm.wire import batch_digest, decode_addresses, encode_batch
+from devnet.localnet import OPERATOR, TERMINAL, LocalFederation, NodeSpec
 from fl_node.codec import content_hash
 from tests.adversarial.hostile_chain import craft_log, emit_as, event_args
 from tests.adversarial.hostile_events_scenario import BAD_NAME
@@ -93,6 +99,7 @@ ATTACKS = {
     "event_flood": f"member: a flood of {FLOOD} cheap events with garbage wrapped keys",
     "hostile_endpoint": "member: its endpoint redirects pushes inward and streams fetches forever",
     "cancel_foreign_job": "member: cancels the honest job it joined (not its proposer)",
+    "silent_committee_seat": "member: a committee seat the draw gave it, left silent (if drawn)",
 }
 
 
@@ -236,10 +243,11 @@ def endpoints():
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
+    # Every honest agent is limited: the draw decides who scores mallory's bomb.
     specs = [
         NodeSpec("org-a", memory_limit_bytes=VICTIM_LIMIT),
-        NodeSpec("org-b", database="mariadb"),
-        NodeSpec("org-c"),
+        NodeSpec("org-b", database="mariadb", memory_limit_bytes=VICTIM_LIMIT),
+        NodeSpec("org-c", memory_limit_bytes=VICTIM_LIMIT),
     ]
     with LocalFederation(tmp_path_factory.mktemp("hostile-fed"), specs, log=lambda _line: None) as fed:
         yield fed
@@ -341,17 +349,51 @@ def _hex(value: str) -> str:
     return value.lower().removeprefix("0x")
 
 
+def _job_events(w3, deployment, job_id: int, name: str) -> list:
+    """FederatedLearning's ``name`` events of job ``job_id``, decoded, in chain order."""
+    decoder = EventDecoder()
+    logs = w3.eth.get_logs({"fromBlock": 0, "address": deployment.address("FederatedLearning")})
+    return [
+        e
+        for e in (_decoded(decoder, log) for log in logs)
+        if e is not None and e.name == name and int(e.args["jobId"]) == job_id
+    ]
+
+
+def _by_round(events) -> dict:
+    return {int(e.args["round"]): e for e in events}
+
+
+def _lower(addresses) -> list[str]:
+    return [a.lower() for a in addresses]
+
+
+def _seats(member: HostileMember, job_id: int) -> list[str]:
+    """The contract's committee(jobId): the seated members (the current round's while it trains)."""
+    from backend.ledger.artifacts import load_artifact
+
+    abi = load_artifact("FederatedLearning").abi
+    contract = member.w3.eth.contract(address=member.deployment.address("FederatedLearning"), abi=abi)
+    return _lower(contract.functions.committee(job_id).call())
+
+
 # ----------------------------------------------------------------------------- the attacked job
 
 
 class MalloryTrainer:
-    """Mallory's trainer: in each round it spends a little privacy (so the contract takes its
-    update) and submits a hostile reference as soon as the round opens, so no round waits for
-    a deadline on its account."""
+    """Mallory's trainer: in each round it trains in, it spends a little privacy (so the contract
+    takes its update) and submits a hostile reference as soon as the round opens, so no round
+    waits for a deadline on its account. Its n-th update is ``references[n]`` (the last one from
+    then on), whichever round that is: a round whose committee seats mallory (the contract lets
+    no member score and train at once) it sits out silently. Before its first update it tries one
+    claiming 2^64-1 samples (``inflated``: the refusal's name and the raw transaction's status)."""
 
-    def __init__(self, member: HostileMember, job_id: int, references: dict[int, bytes]) -> None:
+    def __init__(self, member: HostileMember, job_id: int, references: list[bytes]) -> None:
         self.member, self.job_id, self.references = member, job_id, references
         self.submitted: dict[int, int] = {}
+        self.sent_refs: dict[int, bytes] = {}
+        self.seated: set[int] = set()  # rounds whose committee seats mallory: it stays silent
+        self.inflated: tuple[str | None, int] | None = None
         self.errors: list[str] = []
         self.stop = threading.Event()
 
@@ -364,15 +406,27 @@ class MalloryTrainer:
                         return
                     continue
                 round_ = int(state["round"])
-                if state["phase"] != RoundPhase.TRAINING or round_ in self.submitted:
+                if state["phase"] != RoundPhase.TRAINING or round_ in self.submitted or round_ in self.seated:
                     continue
-                reference = self.references[min(round_, max(self.references))]
+                if self.member.address.lower() in _seats(self.member, self.job_id):
+                    self.seated.add(round_)  # a drawn seat: mallory neither scores nor proposes
+                    continue
+                reference = self.references[min(len(self.submitted), len(self.references) - 1)]
+                if self.inflated is None:
+                    self._inflated(round_, reference)
                 if state["maxSpendPerRound"]:
                     self.member.spend(self.job_id, round_, 1)
                 receipt = self.member.submit_update(self.job_id, round_, reference, SAMPLES)
                 self.submitted[round_] = int(receipt["status"])
+                self.sent_refs[round_] = reference
             except Exception as exc:  # keep attacking; the test reads the errors
                 self.errors.append(repr(exc))
+
+    def _inflated(self, round_: int, reference: bytes) -> None:
+        args = HostileMember._update_args(self.job_id, round_, reference, 2**64 - 1, None, 0)
+        refusal = self.member.refusal("FederatedLearning", "submitUpdate", **args)
+        receipt = self.member.call("FederatedLearning", "submitUpdate", **args)
+        self.inflated = (refusal, int(receipt["status"]))
 
 
 @pytest.fixture(scope="module")
@@ -407,7 +461,7 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
     }
     job = federation.create_job(honest[0], payload)
     job_id = int(job["id"])
-    for node, dataset in zip(honest, datasets, strict=True):  # org-a first: the first committee
+    for node, dataset in zip(honest, datasets, strict=True):
         federation.join(node, job_id, dataset["id"])
     mallory_dataset = mallory.register_dataset(SAMPLES)
     assert mallory.join(job_id, mallory_dataset)["status"] == 1
@@ -418,7 +472,7 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
     garbage_root, garbage = blob_chunks(os.urandom(40_000))
     for chunks in (bomb, liar, garbage):
         mallory.store_everywhere(peers, chunks)
-    trainer = MalloryTrainer(mallory, job_id, {1: bomb_root, 2: garbage_root, 3: liar_root})
+    trainer = MalloryTrainer(mallory, job_id, [bomb_root, garbage_root, liar_root])
     roots = _store_hostile_configs(mallory, peers, datasets[0]["schema_hash"])
 
     assert federation.wait_prepared(job_id, timeout_s=600), "a node did not prepare the first round"
@@ -427,6 +481,9 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
     for thread in threads:
         thread.start()
     federation.start_job(honest[0], job_id)
+    # The first committee is the contract's draw from all four participants (mallory included).
+    (started,) = _job_events(w3, deployment, job_id, "JobStarted")
+    report["first_committee"] = _lower(started.args["committee"])
     try:
         report["attacks"] = _attack_during_the_job(federation, w3, mallory, outsider, job_id, roots)
         final = federation.wait_for_job(job_id, timeout_s=2400)
@@ -436,9 +493,12 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
         trainer.stop.set()
         for thread in threads:
             thread.join(60)
-    report.update(job=final, sampler=sampler, trainer=trainer, datasets=datasets)
+    report.update(job=final, sampler=sampler, trainer=trainer, datasets=datasets, bomb=bomb_root)
     summary = {
         "attacks": report["attacks"],
+        "first_committee": report["first_committee"],
+        "mallory_seated_rounds": sorted(trainer.seated),
+        "mallory_inflated": trainer.inflated,
         "mallory_updates": trainer.submitted,
         "mallory_errors": trainer.errors[-3:],
         "max_lag_blocks": sampler.max_lag,
@@ -504,7 +564,7 @@ def _attack_during_the_job(federation, w3, mallory, outsider, job_id, roots) -> 
     # member: spends, sample counts and a cancel the chain must refuse
     seen["spend_huge_job_id"] = mallory.spend(2**200, 1, 1)["status"]
     seen["spend_out_of_bounds"] = [mallory.spend(job_id, 1, amount)["status"] for amount in (0, 2**64 - 1)]
-    seen["update_samples_above_dataset"] = mallory.submit_update(job_id, 1, b"\x01" * 32, 2**64 - 1)["status"]
+    # (an update claiming 2^64-1 samples: MalloryTrainer sends it in the first round it trains in)
     seen["cancel_foreign_job"] = mallory.call("FederatedLearning", "cancel", jobId=job_id)["status"]
     mark("bounded transactions")
 
@@ -681,20 +741,65 @@ def test_the_job_finishes_on_every_honest_node_with_the_fixed_models_on_chain(fe
             assert _hex(content_hash(blob.content)) == fixed[number], (node.spec.name, number)
 
 
-def test_malloryss_hostile_updates_were_submitted_and_never_accepted(federation, attacked, mallory):
+def test_malloryss_hostile_updates_were_submitted_and_never_accepted(
+    federation, w3, deployment, attacked, mallory
+):
     """Attack class: poisoned update references (a 1 TiB tree, garbage, a lying tree): the
-    committee scores them 0 and the rounds go on without them; a claim of 2^64-1 samples is
-    refused by the contract."""
+    committee scores them 0 (median 0 on chain) and the rounds go on without them; a claim of
+    2^64-1 samples is refused by the contract for its samples (SamplesAboveDataset), in a round
+    mallory trains in, whichever seats the draw gave it."""
     trainer = attacked["trainer"]
     assert trainer.submitted and all(status == 1 for status in trainer.submitted.values()), (
         trainer.submitted,
         trainer.errors[-3:],
     )
-    assert attacked["attacks"]["update_samples_above_dataset"] == 0
-    rounds = federation.rounds(federation.nodes[0], int(attacked["job"]["id"]))
+    assert not set(trainer.submitted) & trainer.seated, (trainer.submitted, trainer.seated)
+    assert trainer.sent_refs[min(trainer.submitted)] == attacked["bomb"]  # the bomb was sent
+    assert trainer.inflated == ("SamplesAboveDataset", 0), trainer.inflated
+    job_id = int(attacked["job"]["id"])
+    rounds = federation.rounds(federation.nodes[0], job_id)
     theirs = [u for r in rounds for u in r["updates"] if u["trainer"].lower() == mallory.address.lower()]
     assert len(theirs) == len(trainer.submitted), theirs
     assert not any(u["accepted"] for u in theirs), theirs
+    me = mallory.address.lower()
+    for number, event in _by_round(_job_events(w3, deployment, job_id, "RoundFinalized")).items():
+        ranking = _lower(event.args["ranking"])
+        assert me not in _lower(event.args["accepted"]), (number, event.args)
+        assert (me in ranking) == (number in trainer.submitted), (number, ranking)
+        if me in ranking:
+            assert event.args["medians"][ranking.index(me)] == 0, (number, event.args)
+
+
+def test_the_first_committee_is_drawn_and_a_hostile_seat_cannot_stall_the_job(
+    federation, w3, deployment, attacked, mallory
+):
+    """The first committee is the contract's draw (JobStarted) from the four participants. Attack
+    class (when the draw seats mallory, in round 1 or after a redraw): a silent committee seat.
+    Such a round ends by its deadlines, accepts nothing (no scores), keeps the previous model, and
+    the next committee is an honest trainer. Every round an honest member sat in was scored by it,
+    and mallory's rounds on the committee are exactly those the chain seated it in."""
+    job_id = int(attacked["job"]["id"])
+    me = mallory.address.lower()
+    honest = {n.address.lower() for n in federation.nodes}
+    first = attacked["first_committee"]
+    assert len(first) == 1 and set(first) <= honest | {me}, first
+    opened = _by_round(_job_events(w3, deployment, job_id, "RoundOpened"))
+    finalized = _by_round(_job_events(w3, deployment, job_id, "RoundFinalized"))
+    fixed = _by_round(_job_events(w3, deployment, job_id, "GlobalModelFixed"))
+    scored = _job_events(w3, deployment, job_id, "ScoresSubmitted")
+    assert sorted(opened) == list(range(1, ROUNDS + 1)), sorted(opened)
+    assert _lower(opened[1].args["committee"]) == first
+    seated = {number for number, event in opened.items() if me in _lower(event.args["committee"])}
+    assert seated == attacked["trainer"].seated, (seated, attacked["trainer"].seated)
+    print(json.dumps({"first_committee": first, "mallory": me, "mallory_seated_rounds": sorted(seated)}))
+    for number, event in opened.items():
+        members = set(_lower(event.args["committee"]))
+        scorers = {e.args["member"].lower() for e in scored if int(e.args["round"]) == number}
+        assert scorers == members - {me}, (number, members, scorers)  # honest seats score; mallory never
+        if number in seated:
+            assert finalized[number].args["accepted"] == [], (number, finalized[number].args)
+            assert fixed[number].args["modelHash"] == event.args["modelHash"], number  # carried forward
+            assert me not in _lower(finalized[number].args["nextCommittee"]), number
 
 
 def test_the_attacks_on_chain_ran_while_the_job_was_running(attacked):
@@ -789,18 +894,37 @@ def test_hostile_job_proposals_are_declined_with_a_reason(federation, attacked):
                 assert reason and reason in log, (node.spec.name, name, detail)
 
 
-def test_the_victim_stayed_within_its_memory_limit(federation, attacked):
+def test_the_victim_stayed_within_its_memory_limit(federation, w3, deployment, attacked):
     """Attack class: memory exhaustion by chunk-tree bombs (config and update references). The
-    victim (org-a: the first round's committee, which scored the 1 TiB update) ran under an
-    address-space limit and is still alive, its peak resident memory well under that limit."""
-    victim = federation.nodes[0]
-    assert victim.spec.memory_limit_bytes == VICTIM_LIMIT
-    assert victim.agent is not None and victim.agent.poll() is None
-    peak = _vm_peak_rss(victim.agent.pid)
-    attacked["victim_peak_rss"] = peak
-    print(json.dumps({"victim_peak_rss_mib": peak >> 20, "limit_mib": VICTIM_LIMIT >> 20}))
-    assert peak < VICTIM_LIMIT // 2, peak
-    assert "MemoryError" not in (victim.web.data_dir / "agent.log").read_text(errors="replace")
+    victim (the honest committee of the round mallory sent its 1 TiB update in, which scored it)
+    ran under an address-space limit and is still alive, its peak resident memory well under that
+    limit; so did every other honest agent (each fetched the hostile configs)."""
+    trainer = attacked["trainer"]
+    bomb_round = min(trainer.submitted)
+    assert trainer.sent_refs[bomb_round] == attacked["bomb"]
+    opened = _by_round(_job_events(w3, deployment, int(attacked["job"]["id"]), "RoundOpened"))
+    victims = set(_lower(opened[bomb_round].args["committee"]))
+    by_address = {node.address.lower(): node for node in federation.nodes}
+    assert victims and victims <= set(by_address), (bomb_round, victims)  # an honest seat scored it
+    peaks = {}
+    for node in federation.nodes:
+        assert node.spec.memory_limit_bytes == VICTIM_LIMIT
+        assert node.agent is not None and node.agent.poll() is None, node.spec.name
+        peaks[node.spec.name] = _vm_peak_rss(node.agent.pid)
+        assert peaks[node.spec.name] < VICTIM_LIMIT // 2, (node.spec.name, peaks)
+        assert "MemoryError" not in (node.web.data_dir / "agent.log").read_text(errors="replace")
+    names = sorted(by_address[v].spec.name for v in victims)
+    attacked["victim_peak_rss"] = {name: peaks[name] for name in names}
+    print(
+        json.dumps(
+            {
+                "bomb_round": bomb_round,
+                "victims": names,
+                "peak_rss_mib": {name: peak >> 20 for name, peak in peaks.items()},
+                "limit_mib": VICTIM_LIMIT >> 20,
+            }
+        )
+    )
 
 
 def test_malloryss_endpoint_was_never_followed_inward(attacked):

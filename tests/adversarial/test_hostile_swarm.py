@@ -18,14 +18,14 @@ import pytest
 import requests
 from eth_account import Account
 
-from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_all
+from backend.peers.endpoints import EndpointGuard, EndpointRefused
+from backend.peers.signing import RequestSigner
 from backend.swarm.client import FETCH_PATH, HAS_PATH, PUSH_PATH, PeerClient
-from backend.swarm.endpoints import EndpointGuard, EndpointRefused
 from backend.swarm.errors import PeerError
 from backend.swarm.reference import chunk_address, encode_span
 from backend.swarm.registry import LedgerPeerDirectory
-from backend.swarm.signing import RequestSigner
 from backend.swarm.wire import batch_digest, decode_addresses, encode_batch
+from devnet.process import NodeProcess, prepare_nodes, start_all, stop_all
 from tests.swarm.helpers import operator_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -106,10 +106,11 @@ VICTIM_READ = """
 import json, resource
 from types import SimpleNamespace
 from backend.jobs import blobs, services
+from backend.jobs.driver.memory import DriverMemory
 from backend.ledger import models as mirror
 from backend.swarm.factory import node_swarm
 
-ctx = SimpleNamespace(swarm=node_swarm())
+ctx = SimpleNamespace(swarm=node_swarm(), memory=DriverMemory())
 cases = json.loads({cases!r})
 
 def vm_bytes():

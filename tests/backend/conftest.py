@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 
 # A fixed, test-only key (never funded anywhere): the node's identity in these tests.
 TEST_NODE_KEY = "0x" + "4c" * 32
 
 
 def _clear_node_caches() -> None:
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
     from backend.serving.services import model_cache
 
     node_account.cache_clear()
@@ -30,7 +30,7 @@ def _clear_node_caches() -> None:
 def no_ledger_by_default(monkeypatch):
     """Tests run without a chain unless they ask for one (on_chain, empty_chain), so that the
     factory's in-process chain is never deployed behind a test's back."""
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     monkeypatch.setattr(ledger_access, "node_ledger", lambda: None)
 
@@ -98,7 +98,7 @@ def _deployed_ledger():
     account = Account.from_key(TEST_NODE_KEY)
     ensure_funds(w3, account.address)
     client = ChainClient(w3, account)
-    return Ledger(client, deploy_contracts(client))
+    return Ledger(client, deploy_contracts(client, allow_small_committees=True))  # a development deployment
 
 
 def ledger_for(ledger, account):
@@ -112,7 +112,7 @@ def ledger_for(ledger, account):
 @pytest.fixture(scope="module")
 def consortium():
     """This node and a second node (the grantee of the grant tests), both admitted members."""
-    from backend.ledger.devnet import bootstrap_consortium, dev_account
+    from devnet.consortium import bootstrap_consortium, dev_account
 
     ledger = _deployed_ledger()
     grantee = dev_account(1, seed="defl-backend-tests")
@@ -124,7 +124,7 @@ def consortium():
 @pytest.fixture
 def on_chain(consortium, monkeypatch):
     """Route this node's ledger access to the consortium's in-process chain."""
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     monkeypatch.setattr(ledger_access, "node_ledger", lambda: consortium["ledger"])
     return consortium
@@ -133,7 +133,7 @@ def on_chain(consortium, monkeypatch):
 @pytest.fixture
 def empty_chain(monkeypatch):
     """Contracts deployed, nobody registered yet (for ``node init``)."""
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     ledger = _deployed_ledger()
     monkeypatch.setattr(ledger_access, "node_ledger", lambda: ledger)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.nodes.accounts import create_or_update_user
-from backend.nodes.roles import Role
 
 pytestmark = pytest.mark.django_db
 

@@ -21,8 +21,8 @@ from backend.api import throttling
 from backend.api.exception_handler import scrub
 from backend.api.permissions import AnyRole
 from backend.api.uploads import BoundedMemoryUploadHandler, UploadTooLarge
+from backend.identity.roles import Role
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
@@ -61,7 +61,7 @@ def test_a_secret_debug_or_an_explicit_opt_in_lets_it_start(env):
 
 
 def test_node_processes_get_their_own_random_secret(tmp_path):
-    from backend.nodes.process import NodeProcess
+    from devnet.process import NodeProcess
 
     first, second = NodeProcess(tmp_path / "a", port=1), NodeProcess(tmp_path / "b", port=2)
     assert len(first.environ()["DJANGO_SECRET_KEY"]) >= 50

@@ -4,6 +4,7 @@ say what the on-chain spec says, or the job is declined with a sentence."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -151,3 +152,25 @@ def test_the_decline_is_a_409_for_the_api():
 
     assert issubclass(RemoteConfigRejected, Conflict)
     assert RemoteConfigRejected.status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("dp", "reason"),
+    [
+        ({"target_epsilon": None}, "a private job needs a positive target epsilon"),
+        ({"mode": "update", "target_epsilon": None}, "a private job needs a positive target epsilon"),
+        ({"target_epsilon": 0.0}, "a private job needs a positive target epsilon"),
+        ({"delta": None}, "not supported between instances of 'int' and 'NoneType'"),
+        ({"max_grad_norm": None}, "must be a positive number"),
+    ],
+)
+def test_a_private_config_without_its_privacy_terms_never_reaches_the_bounds(dp, reason):
+    # check_remote_config compares a private job's epsilon, delta and clip norm with bounds: a
+    # fetched configuration without them is refused as it is read (ConfigError: discover's 409).
+    from backend.jobs.config import ConfigError
+
+    data = honest_config().as_dict()
+    data["dp"] |= dp
+    with pytest.raises(ConfigError) as refused:
+        JobConfig.from_bytes(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+    assert reason in str(refused.value)

@@ -79,7 +79,7 @@ def test_grantee_loads_a_granted_dataset(provider, on_chain, settings):
     """load_dataset_arrays on the grantee's side: the key is unwrapped with the grantee's node key."""
     from types import SimpleNamespace
 
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
 
     dataset = _upload(provider, seed=14)
     grantee = on_chain["grantee"]

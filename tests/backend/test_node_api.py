@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from eth_account import Account
 
-from backend.nodes.roles import Role, role_of
+from backend.identity.roles import Role, role_of
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ def test_node_without_ledger_degrades_with_clear_fields(viewer):
 
 
 def test_node_without_a_key_says_so(viewer, settings):
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
 
     settings.DEFL_NODE_KEY = ""
     settings.DEFL_KEYSTORE_PATH = "/nonexistent/keystore.json"

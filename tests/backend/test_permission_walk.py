@@ -21,7 +21,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from backend.nodes.roles import Role
+from backend.identity.roles import Role
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +46,7 @@ RULES: dict[tuple[str, str], frozenset | str] = {
     ("swarm-peer-fetch", "POST"): PEER,
     ("swarm-peer-has", "POST"): PEER,
     ("swarm-peer-verify", "POST"): PEER,
+    ("jobs-peer-update-key", "POST"): PEER,  # a sealed update's key (backend.jobs.sealed)
     ("swarm-upload", "POST"): OPERATOR,
     ("swarm-download", "GET"): EVERY_ROLE,
     ("swarm-stat", "GET"): EVERY_ROLE,
@@ -55,6 +56,7 @@ RULES: dict[tuple[str, str], frozenset | str] = {
     ("job-detail", "GET"): EVERY_ROLE,
     ("job-cancel", "POST"): OPERATOR,
     ("job-committee", "GET"): EVERY_ROLE,
+    ("job-limits", "GET"): EVERY_ROLE,  # backend.limits, for the job form
     ("job-join", "POST"): OPERATOR,
     ("job-rounds", "GET"): EVERY_ROLE,
     ("job-start", "POST"): OPERATOR,

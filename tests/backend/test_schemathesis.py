@@ -25,8 +25,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
 
+from backend.identity.roles import ALL_ROLES
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import ALL_ROLES
 from tests.jobs.jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
 # The fuzz takes minutes on a quiet machine and far more on a loaded one: past pytest's 900 s default.

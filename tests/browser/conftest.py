@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.ledger.anvil import free_port
+from devnet.anvil import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FRONTEND = REPO / "frontend"
@@ -96,7 +96,7 @@ def node_server(tmp_path_factory, browser_prerequisites) -> Node:
     # so the node registers itself (as `node init` would) in that same process, then serves.
     serve = (
         "from django.core.management import call_command\n"
-        "from backend.nodes.identity import node_account\n"
+        "from backend.identity.key import node_account\n"
         "from backend.nodes.registration import register_node_on_chain\n"
         "print(register_node_on_chain(node_account()), flush=True)\n"
         f"call_command('runserver', '--noreload', '127.0.0.1:{port}')\n"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.localnet import OPERATOR, NodeSpec
+from devnet.localnet import OPERATOR, NodeSpec
 
 from .conftest import CHROMIUM, FRONTEND, REPO
 

@@ -19,7 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from backend.localnet import OPERATOR, LocalFederation, NodeSpec
+from devnet.localnet import OPERATOR, LocalFederation, NodeSpec
 from fl_node.data import load_dataset
 from fl_node.partition import partition
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 
 
 @pytest.fixture(autouse=True)

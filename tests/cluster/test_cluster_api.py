@@ -28,7 +28,7 @@ def cluster(settings):
 
 
 def test_cluster_view_needs_a_role(make_client):
-    from backend.nodes.roles import Role
+    from backend.identity.roles import Role
 
     assert make_client(None).get("/api/cluster").status_code == 401
     assert make_client(Role.PROVIDER).get("/api/cluster").status_code == 200

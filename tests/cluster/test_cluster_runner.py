@@ -194,3 +194,112 @@ def test_gpu_slots_account_memory_and_auto_demands_fall_back_to_the_cpu(settings
     gpu.refresh_from_db()
     assert gpu.used == 4_000
     assert placement.reserve(runner.enqueue(50, 9), TaskDemand(kind="cuda", gpu_memory_mb=6_001)) is None
+
+
+def _tiny_training():
+    import numpy as np
+
+    from fl_node.data import ArrayDataset
+    from fl_node.models import create_model
+
+    rng = np.random.default_rng(0)
+    data = ArrayDataset(
+        rng.normal(size=(64, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, 64).astype(np.int64)
+    )
+    model = create_model("mlp", input_shape=(1, 8, 8), num_classes=3, seed=0)
+    return model, {k: v.clone() for k, v in model.state_dict().items()}, data
+
+
+def test_cancel_stops_a_running_training_at_its_next_step(settings):
+    """The operator's cancel (another connection) stops the training loop between two steps: the
+    attempt does not run its remaining steps, is cancelled (not retried) and frees its slot."""
+    import threading
+
+    from fl_node.train import TrainConfig, step_boundary, train_local
+
+    model, state, data = _tiny_training()
+    steps: list[int] = []
+    total = 200_000  # far more than the test waits for: only the cancel can end it in time
+
+    def work():
+        with step_boundary(steps.append):
+            return train_local(model, state, data, TrainConfig(local_steps=total, batch_size=16))
+
+    def operator():
+        deadline = time.monotonic() + 30
+        while len(steps) < 5 and time.monotonic() < deadline:  # the training is under way
+            time.sleep(0.01)
+        runner.cancel(Task.objects.get(job_id=17, round=1))
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    started = time.monotonic()
+    with pytest.raises(runner.TaskCancelled):
+        runner.run(17, 1, work)
+    thread.join()
+    assert 5 <= len(steps) < total and time.monotonic() - started < 30
+    task = Task.objects.get(job_id=17, round=1)
+    assert task.state == Task.State.CANCELLED and task.attempts == 1 and task.next_retry_at is None
+    assert "stopped before local step" in task.log and "cancelled while running" in task.log
+    slot = _cpu(registry.ensure_local())
+    assert (slot.used, slot.running) == (0, 0)
+    with pytest.raises(runner.TaskCancelled):  # the action's retry runs nothing
+        runner.run(17, 1, work)
+
+
+def test_a_task_trains_on_its_slots_device(settings):
+    """The slot's device reaches the training: "cpu" on a CPU slot; "cuda:0" on a GPU slot (made
+    by hand: the machine may have none), where training falls back to the CPU if torch sees none."""
+    import torch
+
+    from fl_node.train import _DEVICE, resolve_device
+
+    def device_seen():
+        held = DeviceSlot.objects.filter(kind=DeviceSlot.Kind.CUDA).values_list("used", flat=True).first()
+        return _DEVICE.get(), resolve_device().type, held
+
+    assert runner.run(18, 1, device_seen) == ("cpu", "cpu", None)
+    worker = registry.ensure_local()
+    gpu = DeviceSlot.objects.create(
+        worker=worker, kind=DeviceSlot.Kind.CUDA, index=0, name="GPU", capacity=10_000
+    )
+    seen = runner.run(18, 2, device_seen)
+    # While it ran it held the training demand's GPU memory of the slot.
+    assert seen == ("cuda:0", "cuda" if torch.cuda.is_available() else "cpu", runner.TRAIN_GPU_MEMORY_MB)
+    task = Task.objects.get(job_id=18, round=2)
+    assert task.slot_id == gpu.pk and "cuda:0" in task.log
+    gpu.refresh_from_db()
+    assert (gpu.used, gpu.running) == (0, 0)  # its memory share was held while it ran, then freed
+
+
+def test_dp_training_holds_its_estimated_gpu_memory(settings):
+    """DP-SGD trains on a GPU slot (no longer forced to the CPU) holding the run's estimated memory:
+    a slot with exactly that much takes it, one MB less sends it to the CPU slot, and a task routed
+    with a smaller share is placed again with the run's. (The GPU slot is made by hand: where
+    torch sees no GPU the run trains on the CPU.)"""
+    from fl_node.train import _DEVICE, TrainConfig, device_memory_mb, train_local
+
+    model, state, data = _tiny_training()
+    config = TrainConfig(local_steps=2, batch_size=16, noise_multiplier=1.0)
+    estimate = device_memory_mb(model, data, config)
+    demand = runner.train_demand(model, data, config)
+    assert (demand.kind, demand.cores, demand.gpu_memory_mb) == ("auto", 1, estimate)
+    worker = registry.ensure_local()
+    gpu = DeviceSlot.objects.create(
+        worker=worker, kind=DeviceSlot.Kind.CUDA, index=0, name="GPU", capacity=estimate
+    )
+
+    def train():
+        held = DeviceSlot.objects.get(pk=gpu.pk).used
+        return _DEVICE.get(), held, train_local(model, state, data, config)
+
+    device, held, result = runner.run(19, 1, train, demand=demand)
+    assert (device, held, result.privacy.steps) == ("cuda:0", estimate, 2)
+    too_big = TaskDemand(kind="auto", cores=1, gpu_memory_mb=estimate + 1)
+    assert runner.run(19, 2, train, demand=too_big)[:2] == ("cpu", 0)
+    routed = runner.enqueue(19, 3)
+    assert runner.route(routed, TaskDemand(kind="auto", cores=1, gpu_memory_mb=1)) is not None
+    assert Task.objects.get(pk=routed.pk).amount == 1
+    assert runner.run(19, 3, train, demand=demand)[:2] == ("cuda:0", estimate)
+    gpu.refresh_from_db()
+    assert (gpu.used, gpu.running) == (0, 0)

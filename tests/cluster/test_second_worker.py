@@ -19,7 +19,7 @@ import pytest
 import redis
 import requests
 
-from backend.nodes.process import REPO_ROOT, NodeProcess
+from devnet.process import REPO_ROOT, NodeProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BROKER = "redis://127.0.0.1:6379/13"

@@ -211,7 +211,7 @@ def test_the_mariadb_init_script_creates_users_confined_to_their_own_database():
 
 @pytest.mark.integration
 def test_the_redis_command_requires_the_password_and_keeps_it_out_of_argv():
-    from backend.ledger.anvil import free_port
+    from devnet.anvil import free_port
 
     port = free_port()
     password = secrets.token_urlsafe(16)

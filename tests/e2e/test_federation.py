@@ -2,21 +2,31 @@
 
 org-a runs on MariaDB with its round actions on a Celery worker (Redis); the others on
 SQLite in-process; org-d is a label-flipping attacker. The nodes meet only on an anvil
-chain and in the swarm store they form.
+chain and in the swarm store they form. The job runs with adaptive local work (issue 18):
+each node's AIMD controller sets its steps per round, each round is charged for the steps
+it ran, and every aggregate is FedNova's over the updates' claimed steps.
 """
 
 from __future__ import annotations
+
+import sqlite3
+from urllib.parse import urlparse
 
 import pytest
 import requests
 import torch
 from web3 import HTTPProvider, Web3
 
+from backend.jobs import sealed
+from backend.jobs.config import JobConfig
+from backend.jobs.driver import adaptive_work
 from backend.ledger.abi import EventDecoder
-from backend.localnet import LocalFederation, NodeSpec
-from fl_node.codec import content_hash, decode_model
+from devnet.localnet import LocalFederation, NodeSpec
+from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.codec import content_hash, decode_model, decode_update, encode_model, update_spec
 from fl_node.data import load_dataset
 from fl_node.models import create_model
+from fl_node.normalized_average import WorkUpdate, normalized_average, work_norm
 from fl_node.partition import partition
 from fl_node.train import evaluate
 
@@ -30,6 +40,11 @@ pytestmark = [
 ROUNDS = 5
 EPSILON = 3.0
 CAP = 3.5
+# Adaptive work: nominal steps a quarter of the bound, 15 = one epoch of a node's ~900 records at
+# batch 64 (the work the job ran with fixed epochs); rounds far shorter than half the 300 s
+# timeout get more work, up to the bound.
+MAX_LOCAL_STEPS = 60
+NOMINAL_STEPS = MAX_LOCAL_STEPS // 4
 
 
 def _hex(value: str) -> str:
@@ -81,6 +96,8 @@ def finished_job(federation, mnist):
         "top_k": 2,
         "min_trainers": 2,
         "round_timeout_s": 300,
+        "adaptive_work": True,
+        "max_local_steps": MAX_LOCAL_STEPS,
     }
     job = federation.create_job(federation.nodes[0], payload)
     for node, dataset in zip(federation.nodes, datasets, strict=True):
@@ -224,6 +241,105 @@ def test_privacy_spent_is_recorded_and_the_budget_refuses_a_job_that_would_excee
     )
     assert response.status_code == 400, response.text
     assert "privacy budget" in response.text
+
+
+def _keys(federation, node) -> dict[str, str]:
+    """Every sealed update's key ``node`` holds (its own and those it relayed): reference -> hex key."""
+    query = "SELECT `key`, reference FROM jobs_updatekey"
+    if node.spec.database == "mariadb":
+        import MySQLdb
+
+        url = urlparse(federation.mariadb_url)
+        connection = MySQLdb.connect(
+            host=url.hostname,
+            port=url.port or 3306,
+            user=url.username or "root",
+            passwd=url.password or "",
+            db=node.database_name,
+        )
+    else:
+        connection = sqlite3.connect(f"file:{node.web.data_dir / 'db.sqlite3'}?mode=ro", uri=True, timeout=5)
+    try:
+        cursor = connection.cursor()
+        cursor.execute(query)
+        return {_hex(reference): key for key, reference in cursor.fetchall()}
+    finally:
+        connection.close()
+
+
+def test_adaptive_work_is_charged_per_step_and_aggregated_by_fednova(federation, finished_job):
+    """Each node ran its own steps per round (its releases in the rounds API: the first round at
+    the nominal work, more once rounds ended early, never past the bound), each update claims in
+    its hashed bytes exactly the steps its trainer was charged for, at the one noise planned for
+    the bound, and every round's fixed model is fl_node's FedNova over the accepted blobs and their
+    claimed steps, byte for byte."""
+    job = finished_job["job"]
+    job_id = int(job["id"])
+    config = JobConfig.from_dict(job["config"])
+    assert config.adaptive_work and config.max_local_steps == MAX_LOCAL_STEPS
+    charged: dict[tuple[str, int], int] = {}
+    noise = set()
+    for node in federation.nodes:
+        for r in federation.rounds(node, job_id):
+            runs = [p for p in r["privacy"] if p["kind"] == "dp_sgd" and p["status"] != "withheld"]
+            assert len(runs) <= 1, (node.spec.name, r["round"], r["privacy"])
+            if runs:
+                charged[(node.address.lower(), r["round"])] = runs[0]["steps"]
+                noise.add(runs[0]["noise_multiplier"])
+    by_node: dict[str, list[int]] = {}
+    for (trainer, _), steps in sorted(charged.items()):
+        by_node.setdefault(trainer, []).append(steps)
+    assert len(by_node) >= 3, charged
+    assert all(1 <= steps <= MAX_LOCAL_STEPS for steps in charged.values()), charged
+    assert all(steps[0] == NOMINAL_STEPS for steps in by_node.values()), by_node
+    assert any(max(steps) > NOMINAL_STEPS for steps in by_node.values()), by_node
+    assert len(noise) == 1, noise  # planned once, for the bound: more steps are charged, not noisier
+
+    keys: dict[str, str] = {}
+    for node in federation.nodes:
+        keys.update(_keys(federation, node))
+    global_state, _ = decode_model(encode_model(config.build_model().state_dict()))
+    spec = update_spec(global_state)
+    fedavg = get_strategy("fedavg")
+    for r in sorted(federation.rounds(federation.nodes[1], job_id), key=lambda r: r["round"]):
+        work = []
+        for update in (u for u in r["updates"] if u["accepted"]):
+            blob = _blob_of(federation.nodes[1], update["reference"])
+            blob = sealed.unseal(blob, bytes.fromhex(keys[_hex(update["reference"])]), update["content_hash"])
+            steps = adaptive_work.claimed_steps(blob, config)
+            assert steps == charged[(update["trainer"].lower(), r["round"])], (r["round"], update["trainer"])
+            work.append(
+                WorkUpdate(decode_update(blob, spec), int(update["samples"]), steps, update["content_hash"])
+            )
+        fixed = _hex(r["global_model"]["hash"])
+        if not work:  # nothing accepted: the model stays as it was
+            assert fixed == _hex(content_hash(encode_model(global_state))), r["round"]
+            continue
+        new_state = normalized_average(
+            global_state,
+            work,
+            max_steps=MAX_LOCAL_STEPS,
+            momentum=config.momentum,
+            tau_eff=work_norm(NOMINAL_STEPS, config.momentum),
+            cap_steps=NOMINAL_STEPS,
+        )
+        recomputed = encode_model(new_state)
+        assert _hex(content_hash(recomputed)) == fixed, r["round"]
+        if min(w.steps for w in work) >= NOMINAL_STEPS:
+            # Under the lr cap each of these trajectories is the nominal one's: FedNova's weights are
+            # FedAvg's exactly (fl_node.normalized_average.nova_weights). Fewer steps than the nominal
+            # (a slow member) weigh more: tests/jobs/test_adaptive_work.py.
+            averaged, _ = fedavg.aggregate(
+                global_state, [WeightedUpdate(w.update, w.num_samples, w.id) for w in work], None
+            )
+            assert _hex(content_hash(encode_model(averaged))) == fixed, r["round"]
+        global_state, _ = decode_model(recomputed)
+
+
+def _blob_of(node, reference: str) -> bytes:
+    response = node.api().get(f"{node.url}/api/swarm/blobs/{reference}", timeout=120)
+    response.raise_for_status()
+    return response.content
 
 
 def test_missing_login_is_refused(federation):

@@ -1,4 +1,4 @@
-"""Faults for a LocalFederation (backend/localnet.py): kill a node, bring it back, read the chain.
+"""Faults for a LocalFederation (devnet/localnet.py): kill a node, bring it back, read the chain.
 
 Kept beside the fault tests and bench/faults.py rather than in localnet.py: a fault is
 something a test does to a federation, not part of running one.
@@ -12,6 +12,7 @@ through), whether or not the second one reverted.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections import Counter
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 from web3 import HTTPProvider, Web3
 
 from backend.ledger.abi import EventDecoder
-from backend.localnet import LocalFederation, LocalNode
-from backend.nodes.process import REPO_ROOT
+from devnet.localnet import LocalFederation, LocalNode
+from devnet.process import REPO_ROOT
 
 # The marks of a test that runs a job on real node processes with a fault injected: minutes on a
 # quiet machine, far more on a loaded one (the default 900 s was passed in node start-up alone
@@ -64,14 +66,42 @@ def wait_until(condition: Callable[[], object], timeout_s: float, what: str, eve
     raise TimeoutError(f"{what}: not within {timeout_s:.0f}s")
 
 
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux /proc), e.g. a gunicorn master's workers."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass  # the task ended meanwhile
+    return found
+
+
 def kill_node(node: LocalNode) -> None:
-    """SIGKILL every process of the node (agent, worker, web): a crash, no clean shutdown."""
+    """SIGKILL every process of the node (agent, worker, web server and its workers): a crash.
+
+    The web server's workers first: killed alone, the master leaves a worker holding the port
+    and answering /api/health, so a "restarted" node would still be the old one.
+    """
     for process in (node.agent, node.worker):
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGKILL)
             process.wait()
     node.agent = node.worker = None
+    web = node.web.process
+    if web is not None and web.poll() is None:
+        web.send_signal(signal.SIGSTOP)  # no new worker is forked while its workers are killed
+        for worker in _children(web.pid):
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     node.web.kill()
+    try:
+        requests.get(f"{node.web.url}/api/health", timeout=2)
+    except requests.RequestException:
+        return  # nothing of the node answers: it is down
+    raise AssertionError(f"killed node {node.spec.name} still answers /api/health: a process of it survived")
 
 
 def restart_node(node: LocalNode, *, wait_s: float = 180) -> None:

@@ -11,7 +11,7 @@ import pytest
 from faultnet import REAL_PROCESS_FAULT_MARKS, ProxiedFederation
 from scenarios import ROUNDS, run_rpc_outage
 
-from backend.localnet import NodeSpec
+from devnet.localnet import NodeSpec
 
 pytestmark = REAL_PROCESS_FAULT_MARKS
 

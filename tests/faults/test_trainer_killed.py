@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 from faultnet import REAL_PROCESS_FAULT_MARKS, duplicates
-from scenarios import ROUNDS, run_kill_a_trainer
+from scenarios import KILL_ROUNDS, run_kill_a_trainer
 
-from backend.localnet import LocalFederation, NodeSpec
+from devnet.localnet import LocalFederation, NodeSpec
 
 pytestmark = REAL_PROCESS_FAULT_MARKS
 
@@ -37,7 +37,7 @@ def test_the_job_completes_without_the_killed_trainer(killed_trainer):
     ]
     assert killed_trainer["victim"] not in first_round, first_round
     finalized = {e.args["round"] for e in killed_trainer["events"] if e.name == "RoundFinalized"}
-    assert finalized == set(range(1, ROUNDS + 1)), finalized
+    assert finalized == set(range(1, KILL_ROUNDS + 1)), finalized
 
 
 def test_the_trainer_catches_up_and_trains_in_a_later_round(killed_trainer):
@@ -53,11 +53,23 @@ def test_no_round_charges_the_restarted_trainer_twice(killed_trainer):
     )
     assert all(count == 1 for count in on_chain.values()), on_chain
     # Locally: one training release per round at most, whatever its status. The round it was
-    # killed in keeps the release reserved before training (counted against its budget, never
+    # killed in keeps the release it reserved before training (counted against its budget, never
     # released twice); the restarted node does not train that round again.
     for round_ in killed_trainer["victim_rounds"]:
         trained = [r for r in round_["privacy"] if r["kind"] == "dp_sgd"]
         assert len(trained) <= 1, (round_["round"], round_["privacy"])
+
+
+def test_the_killed_rounds_reservation_is_settled_not_left_open(killed_trainer):
+    # The round closed without the victim: its reservation is withheld (still counted) once the
+    # node is back, not left "reserved" for good (the job's privacy could never be final).
+    statuses = {
+        (round_["round"], r["kind"]): r["status"]
+        for round_ in killed_trainer["victim_rounds"]
+        for r in round_["privacy"]
+    }
+    assert statuses.get((1, "dp_sgd")) == "withheld", statuses
+    assert "reserved" not in statuses.values(), statuses
 
 
 def test_no_transaction_is_sent_twice(killed_trainer):

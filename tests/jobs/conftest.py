@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 
 TEST_NODE_KEY = "0x" + "5d" * 32  # test-only, never funded anywhere
 
 
 @pytest.fixture(autouse=True)
 def node_settings(settings, tmp_path):
-    from backend.jobs.driver import aggregator, workspace
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
+    from backend.jobs.context import current_node
     from backend.serving.services import model_cache
     from backend.swarm import factory
 
@@ -27,8 +27,7 @@ def node_settings(settings, tmp_path):
     def clear():
         node_account.cache_clear()
         model_cache.clear()
-        workspace.clear()
-        aggregator._results.clear()
+        current_node.cache_clear()  # a fresh node, with a fresh memory (each make_nodes context has its own)
         for cached in (factory.node_swarm, factory.local_store, factory.peer_directory):
             cached.cache_clear()
 

@@ -23,26 +23,39 @@ class Node:
     account: object
 
 
-def make_nodes(count: int, seed: str, **ctx_options) -> list[Node]:
-    from backend.jobs.context import NodeContext
+def make_nodes(count: int, seed: str, *, allow_small_committees: bool = True, **ctx_options) -> list[Node]:
+    """``allow_small_committees``: a development deployment (committees of 1, 2 or even sizes)."""
+    from backend.jobs.context import NodeContext, peer_access
+    from backend.jobs.remote_config import NodeLimits
     from backend.ledger.chains import ensure_funds, new_in_process_chain
     from backend.ledger.client import ChainClient
     from backend.ledger.deployment import Ledger, deploy_contracts
-    from backend.ledger.devnet import bootstrap_consortium, dev_account
     from backend.swarm.factory import node_swarm
+    from devnet.consortium import bootstrap_consortium, dev_account
 
     w3 = new_in_process_chain()
     accounts = [dev_account(i, seed) for i in range(count)]
     for account in accounts:
         ensure_funds(w3, account.address)
     clients = [ChainClient(w3, account) for account in accounts]
-    deployment = deploy_contracts(clients[0])
+    deployment = deploy_contracts(clients[0], allow_small_committees=allow_small_committees)
     ledgers = [Ledger(client, deployment) for client in clients]
     bootstrap_consortium(ledgers, [f"http://n{i}.test" for i in range(count)])
     swarm = node_swarm()
     options = {"proposer_fallback_s": 60.0, "retry_after_s": 0.0} | ctx_options
+    limits = NodeLimits.from_settings()
     return [
-        Node(NodeContext(address=a.address, ledger=lg, swarm=swarm, **options), a)
+        Node(
+            NodeContext(
+                address=a.address,
+                ledger=lg,
+                swarm=swarm,
+                peers=peer_access(bytes(a.key)),
+                limits=limits,
+                **options,
+            ),
+            a,
+        )
         for a, lg in zip(accounts, ledgers, strict=True)
     ]
 
@@ -51,7 +64,7 @@ def make_nodes(count: int, seed: str, **ctx_options) -> list[Node]:
 def acting_as(node: Node, monkeypatch):
     """Route the datasets app's ledger and the jobs API to ``node`` for the duration."""
     from backend.jobs import views
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     with monkeypatch.context() as patch:
         patch.setattr(ledger_access, "node_ledger", lambda: node.ctx.ledger)

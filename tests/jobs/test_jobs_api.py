@@ -34,6 +34,11 @@ def pair(db, monkeypatch):
         ({"margin_bp": 10_001}, "margin_bp"),
         ({"margin_bp": -1}, "margin_bp"),
         ({"margin_bp": "x"}, "margin_bp"),
+        ({"adaptive_work": True, "max_local_steps": 2}, "max_local_steps"),
+        ({"adaptive_work": True}, "max_local_steps"),
+        ({"max_local_steps": 8}, "max_local_steps"),
+        ({"adaptive_work": True, "max_local_steps": 100_001}, "max_local_steps"),
+        ({"adaptive_work": True, "max_local_steps": 8, "strategy": "median"}, "strategy"),
         ({"dp": {"mode": "sgd"}}, "dp"),
         ({"dp": {"mode": "sgd", "target_epsilon": 3, "delta": 1.5}}, "dp"),
         ({"dp": {"mode": "laplace", "target_epsilon": 3}}, "dp"),
@@ -70,6 +75,18 @@ def test_create_job_puts_config_and_initial_model_on_chain(pair, operator_client
     # The initial model is create_model(seed from the config), encoded canonically.
     initial = encode_model(config.build_model().state_dict())
     assert bytes(state.model_hash).hex() == content_hash(initial)
+
+
+def test_create_job_with_adaptive_work_puts_the_flag_in_the_config(pair, operator_client, monkeypatch):
+    nodes, datasets = pair
+    node = nodes[0]
+    with acting_as(node, monkeypatch):
+        request = job_request(datasets[0].pk, adaptive_work=True, max_local_steps=40)
+        response = operator_client.post("/api/jobs", request, format="json")
+    assert response.status_code == 201, response.content
+    state = node.ctx.ledger.fl.get_job(response.json()["id"])
+    config = JobConfig.from_bytes(node.ctx.swarm.read(bytes(state.config_hash).hex(), max_bytes=1 << 20))
+    assert config.adaptive_work is True and config.max_local_steps == 40
 
 
 def test_join_refuses_a_budget_overrun_and_a_schema_mismatch(pair, operator_client, monkeypatch):
@@ -243,6 +260,8 @@ def test_the_job_and_its_rounds_show_honest_privacy(pair, operator_client, viewe
         ({"tables": ["1.bias"]}, "sparse.tables"),  # a vector is no table
         ({"public_rows": -1}, "sparse"),
         ({"public_rows": 10}, "sparse.public_rows"),  # restricts rows of no table
+        ({"tables": ["1.weight"], "public_rows": 10, "public_rule": "frequent"}, "sparse"),
+        ({"tables": ["1.weight"], "public_rows": 10, "public_rule": ["head"]}, "sparse"),
     ],
 )
 def test_a_bad_sparse_policy_is_a_400_naming_it(pair, operator_client, monkeypatch, sparse, field):
@@ -258,7 +277,13 @@ def test_a_bad_sparse_policy_is_a_400_naming_it(pair, operator_client, monkeypat
 def test_the_sparse_policy_reaches_the_canonical_config_on_chain(pair, operator_client, monkeypatch):
     nodes, datasets = pair
     node = nodes[0]
-    sparse = {"encoding": "delta", "link_mbit": 1000.0, "tables": ["3.weight", "1.weight"], "public_rows": 16}
+    sparse = {
+        "encoding": "delta",
+        "link_mbit": 1000.0,
+        "tables": ["3.weight", "1.weight"],
+        "public_rows": 16,
+        "public_rule": "head",
+    }
     with acting_as(node, monkeypatch):
         response = operator_client.post(
             "/api/jobs", job_request(datasets[0].pk, sparse=sparse), format="json"
@@ -273,6 +298,7 @@ def test_the_sparse_policy_reaches_the_canonical_config_on_chain(pair, operator_
     kept = config.kept_rows(config.build_model().state_dict(), 1)
     assert set(kept) == {"1.weight", "3.weight"}
     assert len(kept["1.weight"]) == 16 and len(kept["3.weight"]) == 10  # a 10-row table keeps all
+    assert config.sparse.public_rule == "head" and kept["1.weight"].tolist() == list(range(16))
 
 
 def test_a_text_job_with_public_rows_can_be_joined(db, operator_client, monkeypatch):

@@ -22,16 +22,19 @@ from fl_node.privacy_audit import assert_claim_holds
 
 pytestmark = pytest.mark.django_db
 
-ATTACKER = 4
-
 
 def run_until(nodes, monkeypatch, done, *, limit_s: float = 150.0) -> None:
+    """Tick the nodes in turn until ``done()``, asked after every node's tick: the test can stop
+    exactly where the protocol got to (a pass over all nodes may finalize a round and fix its
+    model too)."""
     deadline = time.monotonic() + limit_s
     while not done():
         assert time.monotonic() < deadline, "the federation did not get there in time"
         for node in nodes:
             with acting_as(node, monkeypatch):
                 agent.tick(node.ctx, lambda due, node=node: actions.run(node.ctx, due))
+            if done():
+                return
 
 
 def chain_rounds(ledger, job_id: int) -> dict[int, dict]:
@@ -53,6 +56,8 @@ def chain_rounds(ledger, job_id: int) -> dict[int, dict]:
         elif event.name == "RoundFinalized":
             r["accepted"] = args["accepted"]
             r["medians"] = dict(zip(args["ranking"], args["medians"], strict=True))
+            r["ranking"] = args["ranking"]
+            r["base"] = args["baseMedian"]
             r["next"] = args["nextCommittee"]
         elif event.name == "GlobalModelFixed":
             r["model"] = args["modelHash"]
@@ -87,7 +92,6 @@ def diverging_aggregate(monkeypatch) -> dict:
 
 def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, caplog):
     nodes = make_nodes(5, seed="jobs-protocol")
-    nodes[ATTACKER].ctx = type(nodes[0].ctx)(**{**nodes[ATTACKER].ctx.__dict__, "attack": "label_flip"})
     datasets = [
         add_dataset(node, monkeypatch, x, y, name=f"digits-{i}")
         for i, (node, (x, y)) in enumerate(zip(nodes, digits_parts(5), strict=True))
@@ -104,16 +108,20 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
     with acting_as(nodes[0], monkeypatch):
         response = operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json")
         assert response.status_code == 200, response.content
-        assert response.json()["committee"] == [nodes[0].ctx.address, nodes[1].ctx.address]
+    # The contract drew the first committee from the participants; a node that trains round 1
+    # (not drawn) turns label flipper.
+    drawn = response.json()["committee"]
+    assert drawn == nodes[0].ctx.ledger.fl.committee(job_id) and len(set(drawn)) == 2
+    assert set(drawn) <= {node.ctx.address for node in nodes}
+    flipper = next(node for node in reversed(nodes) if node.ctx.address not in drawn)
+    flipper.ctx = type(flipper.ctx)(**{**flipper.ctx.__dict__, "attack": "label_flip"})
 
     fl = nodes[0].ctx.ledger.fl
     # Round 1 up to its finalization, then "restart" every node: caches and claims in flight are
     # lost, and the agents catch up from the chain alone.
     run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1 or fl.get_job(job_id).round > 1)
-    workspace.clear()
-    aggregator._results.clear()
-    trainer._waiting.clear()
     for node in nodes:
+        node.ctx.memory.clear()
         actions.release_lost_claims(node.ctx)
     diverged = diverging_aggregate(monkeypatch)
     finished = 3
@@ -130,12 +138,18 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
     )
 
     history = chain_rounds(nodes[0].ctx.ledger, job_id)
-    attacker = nodes[ATTACKER].ctx.address
+    attacker = flipper.ctx.address
     assert sorted(history) == [1, 2]
     for number, r in history.items():
         assert attacker in r["updates"], f"round {number}: the attacker trained"
         assert attacker not in r["accepted"], f"round {number}: the label flipper was accepted"
-        assert len(r["accepted"]) == 2 and r["model"]
+        # The contract's rule, from the round's public figures: the best top_k (2) of the updates
+        # whose median beats the base model's (margin 0). Round 1 starts from an untrained model,
+        # so both honest updates beat it by far; in round 2 the base is round 1's average of two
+        # noisy models, which a single honest update beats only most of the time (the scores
+        # and the training are noised), so the count is not fixed there.
+        assert r["accepted"] == [t for t in r["ranking"] if r["medians"][t] > r["base"]][:2], r
+        assert r["model"] and (number > 1 or len(r["accepted"]) == 2), r
 
     with acting_as(nodes[0], monkeypatch):
         rounds = operator_client.get(f"/api/jobs/{job_id}/rounds").json()
@@ -186,7 +200,7 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
         ledger = budget_ledger(dataset)
         assert_claim_holds(compose(releases), delta=ledger.delta, claimed_epsilon=ledger.spent())
         assert releases.order_by("-id").first().epsilon_after == pytest.approx(ledger.spent())
-        if node in nodes[:2]:  # round 1's committee: its noisy scores were a charged release
+        if node.ctx.address in drawn:  # round 1's committee: its noisy scores were a charged release
             assert (1, "score_count", PrivacyRelease.Status.RELEASED) in kinds, kinds
         if node.ctx.address == victim:
             # Its discarded speculative update was a release of its own: withheld, still counted,
@@ -241,7 +255,7 @@ def curious_member_replays_an_update(nodes, job_id, history, attacker, monkeypat
 
     import torch
 
-    from backend.jobs import blobs
+    from backend.jobs import blobs, sealed
     from backend.jobs.driver import state
     from backend.jobs.driver.privacy import node_plan
     from backend.jobs.services import config_of, job_record
@@ -255,12 +269,14 @@ def curious_member_replays_an_update(nodes, job_id, history, attacker, monkeypat
         job = mirror.Job.objects.get(job_id=job_id)
         config = config_of(job_record(victim.ctx, job_id))
         dataset = state.my_dataset(job, victim.ctx.address)
-        train, _ = workspace.local_split(dataset, config)
+        train, _ = workspace.local_split(victim.ctx, dataset, config)
         reference, model_hash = state.base_model(job, 2)
         _, base, _ = workspace.global_model(victim.ctx, reference, model_hash, config)
         update = job.updates.get(round=2, trainer=victim.ctx.address)
-        released = decode_update(blobs.get(victim.ctx, update.reference), expected=update_spec(base))
-        plan = node_plan(job, config, dataset)
+        # Sealed (backend.jobs.sealed): readable once the round's training is over, with its key.
+        opened = sealed.read_update(victim.ctx, job_id, 2, update, max_bytes=blobs.update_max_bytes(base))
+        released = decode_update(opened, expected=update_spec(base))
+        plan = node_plan(victim.ctx, job, config, dataset)
     seed = trainer.round_seed(config, 2, state.participant_index(job, victim.ctx.address))
     replay = local_round(
         config.build_model(),

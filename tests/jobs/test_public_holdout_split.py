@@ -6,6 +6,7 @@ import numpy as np
 
 from backend.jobs.config import DPConfig, JobConfig
 from backend.jobs.driver import workspace
+from backend.jobs.driver.memory import DriverMemory
 
 
 def _config(**changes) -> JobConfig:
@@ -26,8 +27,8 @@ def _validation_rows(monkeypatch, *, public: bool, config: JobConfig) -> set[int
     y = np.arange(500) % 10
     monkeypatch.setattr("backend.datasets.services.load_dataset_arrays", lambda dataset: (x, y))
     dataset = SimpleNamespace(content_hash="cd" * 32, public_holdout=public)
-    workspace.clear()
-    _, val = workspace.local_split(dataset, config)
+    node = SimpleNamespace(memory=DriverMemory())  # a fresh node: nothing cached
+    _, val = workspace.local_split(node, dataset, config)
     return {int(v) for v in val.x[:, 0, 0, 0]}
 
 
@@ -37,4 +38,3 @@ def test_a_public_holdout_is_the_same_records_whatever_the_job(monkeypatch):
     assert public[0] == public[1] and len(public[0]) == 100  # the fixed 20%
     private = [_validation_rows(monkeypatch, public=False, config=c) for c in jobs]
     assert private[0] != private[1]  # other datasets: the job's own split
-    workspace.clear()

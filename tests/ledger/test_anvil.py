@@ -17,12 +17,12 @@ from django.test import override_settings
 from web3 import HTTPProvider, Web3
 
 from backend.ledger import errors, factory
-from backend.ledger.anvil import AnvilProcess
 from backend.ledger.client import ChainClient, RetryPolicy
 from backend.ledger.deployment import Ledger, deploy_contracts
-from backend.ledger.devnet import bootstrap_consortium, dev_account, overlay_of, public_key
 from backend.ledger.heads import Head, HeadWatcher
 from backend.ledger.resources import JobSpec
+from devnet.anvil import AnvilProcess
+from devnet.consortium import bootstrap_consortium, dev_account, overlay_of, public_key
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def _client(url: str, index: int, anvil: AnvilProcess, **kw) -> ChainClient:
 @pytest.fixture(scope="module")
 def deployed(anvil):
     client = _client(anvil.url, 0, anvil)
-    ledger = Ledger(client, deploy_contracts(client))
+    ledger = Ledger(client, deploy_contracts(client, allow_small_committees=True))  # a committee of 1 below
     bootstrap_consortium([ledger], ["http://a0.test"])
     return ledger
 
@@ -67,6 +67,8 @@ def test_configured_url_deploy_index_and_typed_errors(anvil, tmp_path):
                 "FederatedLearning",
             }
             ledger = factory.get_ledger()
+            # a plain deploy on a real chain is a production one: committees odd and >= 3
+            assert ledger.fl.allow_small_committees() is False
             account = ledger.client.account
             ledger.nodes.register_node(
                 "me", "http://me.test", public_key(account), overlay_of(account.address)
@@ -124,7 +126,7 @@ import sys
 from pathlib import Path
 from web3 import HTTPProvider, Web3
 from backend.ledger.client import ChainClient
-from backend.ledger.devnet import dev_account
+from devnet.consortium import dev_account
 from backend.ledger.contracts import NodeRegistry
 url, registry, lock, tag = sys.argv[1:]
 client = ChainClient(Web3(HTTPProvider(url)), dev_account(0, "anvil-tests"), nonce_lock_path=Path(lock))

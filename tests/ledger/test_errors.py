@@ -9,7 +9,7 @@ from eth_utils import function_signature_to_4byte_selector
 
 from backend.ledger import errors, factory
 from backend.ledger.artifacts import all_artifacts
-from backend.ledger.devnet import dev_account, overlay_of, public_key
+from devnet.consortium import dev_account, overlay_of, public_key
 
 
 def test_every_custom_error_has_a_typed_exception():

@@ -11,8 +11,10 @@ from backend.ledger.resources import JobSpec
 REF, HASH, MODEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
 
 
-def _run_one_round_job(ledgers) -> int:
-    """5 members: datasets, a grant, a 1-round job with committee 2 and trainers 2, 3, 4."""
+def _run_one_round_job(ledgers) -> tuple[int, list[int]]:
+    """5 members: datasets, a grant, a 1-round job with committee 2 (drawn by the contract) and 3
+    trainers. Returns (job, role): role[0], role[1] the drawn members' indexes in seat order,
+    role[2..4] the trainers' ("trainer 2" below is ledgers[role[2]])."""
     for i, ledger in enumerate(ledgers):
         ledger.data.register_dataset(bytes([i + 1]) * 32, bytes([i + 9]) * 32, b"\x05" * 32, 50, 5_000_000)
     ledgers[0].data.grant(1, ledgers[1].client.address, b"\xaa" * 113)
@@ -21,15 +23,18 @@ def _run_one_round_job(ledgers) -> int:
     w3 = ledgers[0].client.w3
     deadline = w3.eth.get_block("latest")["timestamp"] + 3600
     spec = JobSpec(b"\x01" * 32, REF, HASH, 1, 2, 2, 2, deadline, 600, 600, max_spend_per_round=1_250_000)
-    fl = [ledger.fl for ledger in ledgers]
-    job = fl[0].propose_job(spec)
+    job = ledgers[0].fl.propose_job(spec)
     for i in range(5):
-        fl[i].join(job, i + 1)
-    fl[0].start_job(job, [ledgers[0].client.address, ledgers[1].client.address])
+        ledgers[i].fl.join(job, i + 1)
+    ledgers[0].fl.start_job(job)
+    everyone = [ledger.client.address for ledger in ledgers]
+    drawn = [everyone.index(a) for a in ledgers[0].fl.committee(job)]
+    role = drawn + sorted(set(range(5)) - set(drawn))
+    fl = [ledgers[r].fl for r in role]
     for i in (2, 3, 4):
         fl[i].spend_privacy(job, 1, 1_250_000 if i == 2 else 1)
         fl[i].submit_update(job, 1, bytes([i]) * 64, bytes([i]) * 32, 10 * i)
-    addr = [ledger.client.address for ledger in ledgers]
+    addr = [everyone[r] for r in role]
     first, second = {addr[2]: 9000, addr[3]: 7000, addr[4]: 0}, {addr[2]: 8000, addr[3]: 7100, addr[4]: 0}
     fl[0].commit_scores(job, 1, first, 0, b"\x01" * 32)
     fl[1].commit_scores(job, 1, second, 0, b"\x02" * 32)
@@ -39,8 +44,8 @@ def _run_one_round_job(ledgers) -> int:
     outcome = last.event("RoundFinalized").args
     elected = [addr.index(a) for a in outcome["nextCommittee"]]
     fl[elected[0]].propose_global_model(job, 1, b"\x44" * 64, MODEL)
-    fl[elected[1]].confirm_global_model(job, 1, MODEL)
-    return job
+    fl[elected[1]].confirm_global_model(job, 1, MODEL, b"\x44" * 64)
+    return job, role
 
 
 @pytest.fixture(scope="module")
@@ -54,22 +59,23 @@ def _indexer(ledgers, **kw) -> EventIndexer:
 
 @pytest.mark.django_db
 def test_indexer_builds_typed_tables(federation, finished_job):
+    job_id, role = finished_job
     result = _indexer(federation).sync()
     assert result.new_events == result.events > 30
     assert models.Node.objects.filter(status="member").count() == 5
-    job = models.Job.objects.get(job_id=finished_job)
+    job = models.Job.objects.get(job_id=job_id)
     assert job.status == "finished" and job.model_hash == "0x" + "33" * 32
     assert job.participants.count() == 5
     round_ = models.Round.objects.get(job=job, number=1)
     assert round_.status == "done" and round_.base_model_hash == "0x" + "22" * 32
-    addr = [ledger.client.address for ledger in federation]
+    addr = [federation[r].client.address for r in role]  # by role: the committee first
     assert list(models.AcceptedUpdate.objects.filter(job=job).values_list("trainer", flat=True)) == [
         addr[2],
         addr[3],
     ]
     update = models.Update.objects.get(job=job, trainer=addr[2])
     assert (update.median, update.rank, update.accepted, update.reference) == (
-        8500,
+        8000,
         0,
         True,
         "0x" + "02" * 64,
@@ -87,23 +93,24 @@ def test_indexer_builds_typed_tables(federation, finished_job):
     assert models.GlobalModelProposal.objects.get(job=job).votes == 2
     grant = models.Grant.objects.get(dataset__dataset_id=1)
     assert grant.active is False and grant.wrapped_key == "0x" + "aa" * 113
-    assert models.Dataset.objects.get(dataset_id=3).privacy_spent == 1_250_000
-    assert models.PrivacySpend.objects.get(dataset__dataset_id=3, job_id=1).spent == 1_250_000
+    spent = role[2] + 1  # trainer 2's dataset
+    assert models.Dataset.objects.get(dataset_id=spent).privacy_spent == 1_250_000
+    assert models.PrivacySpend.objects.get(dataset__dataset_id=spent, job_id=1).spent == 1_250_000
     assert models.ChainEvent.objects.filter(name="UpdateSubmitted").count() == 3
-    # contribution accounting, derived from the events: trainers 2 and 3 accepted (medians 8500
-    # and 7050), members 0 and 1 revealed once each, the elected 2 and 3 voted once each
+    # contribution accounting, derived from the events: trainers 2 and 3 accepted (medians 8000
+    # and 7000), members 0 and 1 revealed once each, the elected 2 and 3 voted once each
     from backend.ledger.contributions import contributions
 
     rows = {row["node"]: row for row in contributions(job)}
     assert [rows[a]["accepted_updates"] for a in addr] == [0, 0, 1, 1, 0]
     assert [rows[a]["updates"] for a in addr] == [0, 0, 1, 1, 1]
-    assert rows[addr[2]]["accepted_median_sum"] == 8500 and rows[addr[3]]["accepted_median_sum"] == 7050
+    assert rows[addr[2]]["accepted_median_sum"] == 8000 and rows[addr[3]]["accepted_median_sum"] == 7000
     assert [rows[a]["reveals"] for a in addr] == [1, 1, 0, 0, 0]
     assert [rows[a]["votes"] for a in addr] == [0, 0, 1, 1, 0]
-    unit = (8500 + 7050) / 2  # a committee action counts as the mean accepted median
-    total = 8500 + 7050 + 4 * unit  # two reveals, two votes
+    unit = (8000 + 7000) / 2  # a committee action counts as the mean accepted median
+    total = 8000 + 7000 + 4 * unit  # two reveals, two votes
     assert rows[addr[0]]["share"] == round(unit / total, 6)
-    assert rows[addr[2]]["share"] == round((8500 + unit) / total, 6)
+    assert rows[addr[2]]["share"] == round((8000 + unit) / total, 6)
     assert rows[addr[4]]["share"] == 0.0
     # the last scores and the round's finalization: one transaction, in that order
     last_scores = models.ChainEvent.objects.filter(name="ScoresSubmitted").last()

@@ -10,10 +10,10 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.ledger import models, projections
 from backend.ledger.indexer import EventIndexer, is_event_fault
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 from tests.adversarial.hostile_chain import craft_log, event_args
 
 U64_MAX = 2**64 - 1
@@ -115,7 +115,7 @@ def test_uint256_columns_keep_order_and_lookups_beyond_2_63():
 
 @pytest.mark.django_db
 def test_events_api_shows_rejections_and_filters_on_status(monkeypatch):
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     monkeypatch.setattr(ledger_access, "node_ledger", lambda: None)
     models.ChainEvent.objects.create(

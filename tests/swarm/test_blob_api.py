@@ -8,8 +8,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
+from backend.identity.roles import Role
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.roles import Role
 from backend.swarm import factory
 
 pytestmark = pytest.mark.django_db
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def node(settings, tmp_path):
-    from backend.nodes.identity import node_account
+    from backend.identity.key import node_account
 
     settings.DEFL_NODE_KEY = "0x" + "5d" * 32
     settings.DEFL_CHUNK_DIR = str(tmp_path / "chunks")

@@ -15,10 +15,10 @@ import pytest
 import requests
 from blake3 import blake3
 
-from backend.nodes.process import NodeProcess, prepare_nodes, start_all, stop_all
+from backend.peers.signing import RequestSigner
 from backend.swarm.placement import overlay_address, xor_distance
 from backend.swarm.reference import is_valid_chunk
-from backend.swarm.signing import RequestSigner
+from devnet.process import NodeProcess, prepare_nodes, start_all, stop_all
 from tests.swarm.helpers import operator_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("swarm-e2e")]

@@ -82,12 +82,14 @@ def test_node_leaving_then_repair_restores_three_copies(four):
 
 
 def test_upload_fails_without_enough_replicas(tmp_path):
+    # Two of three down: one copy, short of the majority of R an upload needs (one down is
+    # enough copies: tests/faults/test_upload_quorum.py).
     network, stores = local_network(tmp_path, 3, replication=3)
 
     def down(*_a, **_k):
         raise PeerError("down")
 
-    network.nodes[2].transport.push = down
+    network.nodes[1].transport.push = network.nodes[2].transport.push = down
     swarm = Swarm(stores[0], network, chunk_size=SIZE)
     with pytest.raises(NotEnoughReplicas):
         swarm.put(os.urandom(SIZE * 3))

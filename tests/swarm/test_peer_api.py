@@ -11,12 +11,12 @@ import pytest
 from django.test import Client
 from eth_account import Account
 
+from backend.peers.signing import RequestSigner
 from backend.swarm import factory
 from backend.swarm.client import FETCH_PATH, HAS_PATH, PUSH_PATH
 from backend.swarm.models import PeerRequest
 from backend.swarm.reference import chunk_address, encode_span
 from backend.swarm.replay import DatabaseNonceCache
-from backend.swarm.signing import RequestSigner
 from backend.swarm.wire import batch_digest, encode_batch
 
 pytestmark = pytest.mark.django_db

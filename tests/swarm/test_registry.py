@@ -8,12 +8,12 @@ from django.test import Client
 from backend.ledger.chains import ensure_funds, new_in_process_chain
 from backend.ledger.client import ChainClient
 from backend.ledger.deployment import Ledger, deploy_contracts
-from backend.ledger.devnet import bootstrap_consortium, dev_account
 from backend.ledger.indexer import EventIndexer
+from backend.peers.signing import RequestSigner
 from backend.swarm import factory
 from backend.swarm.peers import StaticPeerDirectory
 from backend.swarm.registry import LedgerPeerDirectory, chain_members
-from backend.swarm.signing import RequestSigner
+from devnet.consortium import bootstrap_consortium, dev_account
 
 RECEIVER = "0x" + "ab" * 20
 ENDPOINTS = ["http://a.test:8000", "http://b.test:8000", "http://c.test:8000"]
@@ -37,7 +37,7 @@ def chain():
 @pytest.fixture
 def on_chain(chain, settings, monkeypatch, tmp_path):
     """This node configured with a shared chain and no DEFL_PEERS: peers come from the registry."""
-    from backend.nodes import ledger_access
+    from backend.ledger import access as ledger_access
 
     settings.DEFL_PEERS = []
     settings.DEFL_CHAIN_URL = "http://chain.test:8545"  # never dialled: node_ledger is replaced

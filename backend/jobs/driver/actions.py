@@ -11,11 +11,13 @@ import logging
 import time
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, close_old_connections, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from backend.jobs.driver import aggregator, committee, registrar, timing, trainer
+from backend.datasets.budget import settle_closed
+from backend.jobs.context import NodeContext
+from backend.jobs.driver import aggregator, committee, registrar, state, timing, trainer
 from backend.jobs.driver.planner import Due
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
@@ -29,9 +31,10 @@ Kind = RoundAction.Kind
 # Ticks come with new blocks (or every DEFL_AGENT_INTERVAL), so this is no busy loop; any delay
 # here would make the action miss the block it waits for and sleep until the next interval.
 WAITING_RECHECK_S = 0.0
+FINISH_RETRY_S = 120.0  # how long an action's outcome waits for the database to record it
 
 
-def offer(ctx, due: Due) -> bool:
+def offer(ctx: NodeContext, due: Due) -> bool:
     """Queue ``due`` unless it is done, queued or running (and alive), or failed too recently."""
     now = timezone.now()
     try:
@@ -60,7 +63,7 @@ def offer(ctx, due: Due) -> bool:
     )
 
 
-def _begin(ctx, due: Due) -> RoundAction | None:
+def _begin(ctx: NodeContext, due: Due) -> RoundAction | None:
     stale = timezone.now() - timedelta(seconds=ctx.action_lease_s)
     claim = RoundAction.objects.filter(
         node=ctx.address, job_id=due.job_id, round=due.round, kind=due.kind
@@ -82,11 +85,15 @@ def _begin(ctx, due: Due) -> RoundAction | None:
     return claim
 
 
-def run(ctx, due: Due) -> Outcome | None:
+def run(ctx: NodeContext, due: Due) -> Outcome | None:
     """Run a claimed action; None when another worker has it or it is done."""
     claim = _begin(ctx, due)
     if claim is None:
         return None
+    if due.kind in (Kind.REGISTER, Kind.MEASURE):
+        # Off the round's critical path, and due on every node for every fixed model: a node
+        # that came back after missing rounds settles what it left reserved in them here.
+        settle_closed_releases(ctx, due.job_id)
     claim.started_at = time.time()  # wall clock: the benchmarks line actions of several nodes up
     started = time.perf_counter()
     with timing.collect() as parts:
@@ -96,6 +103,11 @@ def run(ctx, due: Due) -> Outcome | None:
             outcome = Outcome(False, str(exc))
         except Exception as exc:
             logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
+            # The database server may have closed the connection (restarted): recording the
+            # failure on a new one lets the action be retried, instead of its claim staying
+            # "running" until its lease expires.
+            if not connection.in_atomic_block:  # closing inside a transaction would abort it
+                close_old_connections()
             _finish(claim, State.FAILED, f"{type(exc).__name__}: {exc}", started, parts)
             return Outcome(False, str(exc))
     _finish(claim, State.DONE if outcome.done else State.WAITING, outcome.detail, started, parts, outcome)
@@ -121,10 +133,29 @@ def _finish(
         claim.recheck_s = outcome.recheck_s
     fields = ["state", "detail", "seconds", "tx_hash", "work_seconds", "parts", "started_at", "updated"]
     fields.append("recheck_s")
-    claim.save(update_fields=fields)
+    # The outcome must reach the claim: unrecorded, a done action (its transaction sent) or a
+    # failed one would stay "running" until its lease expires. A database server restarting
+    # refuses connections for seconds: wait for it (on a new connection each try).
+    deadline = time.monotonic() + FINISH_RETRY_S
+    while True:
+        try:
+            claim.save(update_fields=fields)
+            return
+        except OperationalError:
+            server_away = connection.connection is None or not connection.is_usable()
+            if not server_away or connection.in_atomic_block or time.monotonic() > deadline:
+                raise  # an error about the row itself, or the server stays away
+            logger.warning(
+                "cannot record %s of job %s round %s yet: the database is away",
+                claim.kind,
+                claim.job_id,
+                claim.round,
+            )
+            time.sleep(1.0)
+            close_old_connections()
 
 
-def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
+def _perform(ctx: NodeContext, due: Due, claim: RoundAction) -> Outcome:
     from backend.jobs.services import config_of, job_record
 
     with timing.part(timing.PREPARE):
@@ -145,8 +176,45 @@ def _perform(ctx, due: Due, claim: RoundAction) -> Outcome:
     raise ValueError(f"unknown action {due.kind!r}")
 
 
-def release_lost_claims(ctx) -> int:
+def release_lost_claims(ctx: NodeContext) -> int:
     """At the start of a node whose actions run in its own process: nothing can still be running."""
-    return RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING)).update(
+    lost = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING)).update(
         state=State.WAITING
     )
+    for job_id in mirror.Job.objects.filter(participants__node=ctx.address).values_list("job_id", flat=True):
+        settle_closed_releases(ctx, job_id)
+    return lost
+
+
+def settle_closed_releases(ctx: NodeContext, job_id: int) -> None:
+    """Settle this node's privacy reservations in the job's rounds that the chain has closed.
+
+    A release is reserved before it is computed and settled by the action that publishes (or
+    discards) it; one killed in between (SIGKILL, power loss) leaves its reservation open, and
+    when its round closes without it no attempt ever comes back to settle it: the job's privacy
+    would never be final. Released where the chain shows the output, withheld otherwise; both
+    stay counted (budget.settle_closed). Never fails the action that calls it.
+    """
+    try:
+        job = mirror.Job.objects.get(job_id=job_id)
+        dataset = state.my_dataset(job, ctx.address)
+        before = state.first_open_round(job)
+        if before <= 1:
+            return
+        for _ in range(64):  # budget.MAX_ABANDONED rows a call; a bound on a node's own rows
+            released, withheld = settle_closed(
+                dataset, job_id, before, lambda r, kind: state.published(job, ctx.address, r, kind)
+            )
+            if released or withheld:
+                logger.info(
+                    "job %s: settled %d release(s) left reserved in closed rounds as released, %d withheld",
+                    job_id,
+                    released,
+                    withheld,
+                )
+            if released + withheld == 0:
+                return
+    except (ActionError, mirror.Job.DoesNotExist):
+        return
+    except Exception:  # the database briefly away: the next action or restart settles them
+        logger.exception("settling the closed rounds' releases of job %s failed", job_id)

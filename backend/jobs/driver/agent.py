@@ -13,7 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import close_old_connections, connection
+
 from backend.jobs import chain
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import actions, planner, prefetch, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
@@ -24,8 +27,6 @@ from backend.ledger.models import ChainEvent
 from backend.swarm.errors import BlobTooLarge, InvalidTree
 
 logger = logging.getLogger(__name__)
-_discovery_attempts: dict[int, float] = {}
-_declined: dict[int, str] = {}  # job id -> why this node declined its config (remote_config)
 DISCOVERY_RETRY_S = 10.0
 JOBS_CONTRACT = "FederatedLearning"  # the contract whose events move rounds (ChainEvent.contract)
 LIFECYCLE_EVENTS = {
@@ -69,7 +70,7 @@ class PlanGate:
 
 
 def tick(
-    ctx, dispatch: Callable[[Due], None], head: Head | None = None, gate: PlanGate | None = None
+    ctx: NodeContext, dispatch: Callable[[Due], None], head: Head | None = None, gate: PlanGate | None = None
 ) -> list[Due]:
     """One pass: returns the actions dispatched. ``head``: the chain's latest block, when known."""
     chain.sync_mirror(ctx, head.number if head else None)
@@ -88,34 +89,35 @@ def tick(
     return offered
 
 
-def discover_configs(ctx) -> None:
+def discover_configs(ctx: NodeContext) -> None:
     """Fetch the configuration of every open or running job this node has not seen yet."""
     from backend.jobs.services import discover
 
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
     known = JobRecord.objects.values("onchain_id")  # a subquery: one query a tick, not two
+    memory = ctx.memory.agent
     for job in mirror.Job.objects.filter(status__in=active).exclude(job_id__in=known):
-        if job.job_id in _declined:
+        if job.job_id in memory.declined:
             continue
-        if time.monotonic() - _discovery_attempts.get(job.job_id, -1e9) < DISCOVERY_RETRY_S:
+        if time.monotonic() - memory.discovery_attempts.get(job.job_id, -1e9) < DISCOVERY_RETRY_S:
             continue
-        _discovery_attempts[job.job_id] = time.monotonic()
+        memory.discovery_attempts[job.job_id] = time.monotonic()
         try:
             discover(ctx, job)
         except RemoteConfigRejected as exc:  # the same config gives the same verdict: not retried
-            _declined[job.job_id] = exc.reason
+            memory.declined[job.job_id] = exc.reason
             logger.warning("%s", exc)
         except (BlobTooLarge, InvalidTree) as exc:
             # A reference names immutable bytes: a tree past the config bound (a span bomb) or
             # malformed stays so. Declined for good, not fetched again every retry.
-            _declined[job.job_id] = f"the configuration reference is unusable: {exc}"
-            logger.warning("declining job %s: %s", job.job_id, _declined[job.job_id])
+            memory.declined[job.job_id] = f"the configuration reference is unusable: {exc}"
+            logger.warning("declining job %s: %s", job.job_id, memory.declined[job.job_id])
         except Exception as exc:  # not replicated to us yet, or unusable: retried later
             logger.warning("cannot fetch the configuration of job %s: %s", job.job_id, exc)
 
 
 def run_forever(
-    ctx,
+    ctx: NodeContext,
     dispatch: Callable[[Due], None],
     *,
     interval: float,
@@ -148,6 +150,10 @@ def run_forever(
                 continue  # no new block yet; the stop flag is checked at least every second
             last_tick = time.monotonic()
             try:
+                # A tick is this process's unit of work, as a request is the web server's: drop a
+                # connection the database server closed (restarted), ping the others before use.
+                if not connection.in_atomic_block:
+                    close_old_connections()
                 offered = tick(ctx, dispatch, heads.latest, gate)
                 if on_tick:
                     on_tick(offered)

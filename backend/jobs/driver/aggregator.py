@@ -1,9 +1,12 @@
 """The new committee's part: aggregate the accepted updates, then propose the model or confirm it.
 
 Every honest member computes the same bytes (fl_node.aggregate orders the updates by content
-hash and is deterministic), so confirming is "recompute, compare the hash". Seat 0 proposes at
-once; seat s proposes only when no proposal with its hash appeared within s fallback periods,
-which lets the round finish when the first proposer has gone away.
+hash and is deterministic), and stores them unencrypted, so their swarm reference is the same
+too (a content address of the bytes). A proposal binds both on chain, and confirming is
+"recompute both, compare both": a member that proposes the right hash with a bogus or oversized
+reference gets no honest vote. Seat 0 proposes at once; seat s proposes only when no proposal of
+its (hash, reference) appeared within s fallback periods, which lets the round finish when the
+first proposer has gone away, and at once when the hash was proposed with another reference.
 """
 
 from __future__ import annotations
@@ -11,25 +14,43 @@ from __future__ import annotations
 import logging
 import time
 
-from backend.jobs import blobs, chain, encodings
+from backend.jobs import blobs, chain, encodings, sealed
 from backend.jobs.config import JobConfig
-from backend.jobs.driver import state, timing, workspace
+from backend.jobs.context import NodeContext
+from backend.jobs.driver import adaptive_work, state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
+from backend.swarm.errors import SwarmError
 from fl_node.aggregate import WeightedUpdate, get_strategy
-from fl_node.codec import content_hash, decode_update, encode_model, update_spec
+from fl_node.codec import CodecError, content_hash, decode_update, encode_model, update_spec
+from fl_node.robust import (
+    RoundDefense,
+    aggregation_clip_norm,
+    defended_aggregate,
+    update_norm,
+    vote_roles,
+    vote_signs,
+    within_norm_bound,
+)
 
 logger = logging.getLogger(__name__)
 
-_results: dict[tuple[int, int], tuple[str, bytes]] = {}  # (job, round) -> (hash, bytes), this process
+# The round's aggregate (hash, bytes), the reference it was stored under and the updates this member
+# failed to read for the vote are the node's memory (``ctx.memory.aggregator``: results, references,
+# unreadable).
+# A robust job's submission that may vote but cannot be read (no key, the store failing) is waited
+# for at most this long after this member first failed to read it, then left out of the vote: one
+# hostile member's score above 0 for an update nobody can read must not hold the aggregation.
+VOTE_READ_WAIT_S = 30.0
 
 
-def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str, bytes]:
-    """The round's new global model (hash, encoded bytes), computed once per process."""
+def aggregate(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str, bytes]:
+    """The round's new global model (hash, encoded bytes), computed once by this node."""
     key = (job.job_id, round_)
-    if key in _results:
-        return _results[key]
+    memory = ctx.memory.aggregator
+    if key in memory.results:
+        return memory.results[key]
     reference, model_hash = state.base_model(job, round_)
     _, global_state, server_state = workspace.global_model(ctx, reference, model_hash, config)
     accepted = list(job.accepted.filter(round=round_).order_by("position").values_list("trainer", flat=True))
@@ -44,21 +65,37 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
     accepted = list(first_of_hash.values())
     bound = blobs.update_max_bytes(global_state)
     spec = update_spec(global_state)
-    weighted = []
+    weighted, steps = [], {}
+    # The keys not prefetched, asked for all at once; each is checked as its update is read.
+    sealed.gather_keys(ctx, job.job_id, round_, [updates[trainer] for trainer in accepted])
     for trainer in accepted:
         # One encoded update in memory at a time: each is decoded once fetched and its bytes dropped
         # (an update at full density of a large model is as large as the model).
         row = updates[trainer]
-        blob = blobs.get_checked(ctx, row.reference, row.content_hash, max_bytes=bound)
+        # Sealed (backend.jobs.sealed): the key from this node's rows, the trainer or a relay;
+        # KeyUnavailable (an ActionError) retries the action.
+        blob = sealed.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
         with timing.part(timing.AGGREGATE):
             weighted.append(WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash))
+            steps[row.content_hash] = adaptive_work.claimed_steps(blob, config)  # adaptive work only
         del blob
+    defense = round_defense(config)
+    clip_norm, voters, witnesses = _round_votes(ctx, job, round_, defense, bound, spec)
     with timing.part(timing.AGGREGATE):
-        if weighted:
-            strategy = get_strategy(config.strategy, **config.strategy_params)
-            new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
-        else:  # nothing accepted: the model stays as it was
-            new_state, new_server = global_state, server_state
+        strategy = adaptive_work.strategy(config, steps) or get_strategy(
+            config.strategy, **config.strategy_params
+        )
+        # Nothing accepted (or nothing within the norm bound): the model stays as it was.
+        new_state, new_server = defended_aggregate(
+            strategy,
+            global_state,
+            weighted,
+            defense=defense,
+            server_state=(server_state or None) if weighted else server_state,
+            clip_norm=clip_norm,
+            voters=voters,
+            witnesses=witnesses,
+        )
         data = encode_model(new_state, new_server or None)
     # What the trainers sent, per tensor (dense or delta arrays, fl_node.sparse), for the rounds API.
     encodings.record_received(
@@ -68,13 +105,92 @@ def aggregate(ctx, job: mirror.Job, config: JobConfig, round_: int) -> tuple[str
         {updates[t].trainer: w.update for t, w in zip(accepted, weighted, strict=True)},
     )
     result = ("0x" + content_hash(data), data)
-    workspace.remember_model(result[0], data)  # registering the fixed model needs no fetch
-    _results.clear()  # one round at a time per job is all a node needs
-    _results[key] = result
+    workspace.remember_model(ctx, result[0], data)  # registering the fixed model needs no fetch
+    memory.results.clear()  # one round at a time per job is all a node needs
+    memory.unreadable.clear()
+    memory.references.clear()  # a stored reference belongs to the result it was stored for
+    memory.results[key] = result
     return result
 
 
-def propose_or_confirm(ctx, job: mirror.Job, config: JobConfig, round_: int, first_seen: float) -> Outcome:
+def round_defense(config: JobConfig) -> RoundDefense:
+    """The job's aggregation defenses (fl_node.robust.RoundDefense): the norm bound, and for a robust
+    job the median-norm clip, the sign vote ("zero") and the verified step, as the simulator's."""
+    return RoundDefense(
+        top_k=config.top_k,
+        norm_bound=config.norm_bound or None,
+        clip_to_median=config.robust,
+        sign_vote="zero" if config.robust else None,
+        verified_step=config.robust,
+    )
+
+
+def _round_votes(
+    ctx: NodeContext, job: mirror.Job, round_: int, defense: RoundDefense, bound: int, spec
+) -> tuple:
+    """(clip norm, votes, witness votes) of the round for :func:`fl_node.robust.defended_aggregate`:
+    from every submission (the first of each content hash, in the chain's order) that some committee
+    member scored above 0, within the norm bound, split by fl_node.robust.vote_roles on the chain's
+    medians, base median and margin. Only on chain data and blobs: every honest member gets the same.
+
+    Scored above 0 by someone, not merely submitted: an honest member scores 0 what it could not read
+    (a withheld key); a scorer holds the key and relays it (backend.jobs.sealed). One that still cannot
+    be read VOTE_READ_WAIT_S after the first try (a hostile scorer's pick nobody else can read) is left
+    out, so it cannot hold the aggregation to its deadline. The simulator lets every submission within the bound vote; the two
+    differ only where every seat scored a readable update 0 (a committee wholly captured). A submission
+    whose blob does not decode, or whose content does not match its hash, does not vote: the same for
+    every member. One decoded update in memory at a time; a vote is int8."""
+    if not defense.needs_votes:
+        return None, [], []
+    rows = list(job.updates.filter(round=round_).order_by("index"))
+    scored = set(
+        mirror.Score.objects.filter(job=job, round=round_, score__gt=0).values_list("trainer", flat=True)
+    )
+    first: dict[str, mirror.Update] = {}
+    for row in rows:
+        first.setdefault(row.content_hash.lower(), row)
+    norms, votes = {}, {}
+    for row in first.values():
+        if row.trainer not in scored:
+            continue
+        try:
+            blob = sealed.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
+        except (blobs.BlobMismatch, ValueError):
+            continue  # its content is not what the chain names, or too large: the same for every member
+        except (ActionError, SwarmError) as exc:  # no key yet, or the store failing: wait a while
+            unreadable = ctx.memory.aggregator.unreadable
+            since = unreadable.setdefault((job.job_id, round_, row.trainer), time.monotonic())
+            if time.monotonic() - since < VOTE_READ_WAIT_S:
+                raise ActionError(f"waiting to read {row.trainer}'s update for the vote: {exc}") from exc
+            logger.warning("round %s: %s's update left out of the vote: %s", round_, row.trainer, exc)
+            continue
+        try:
+            update = decode_update(blob, spec)
+        except CodecError:
+            continue
+        del blob
+        if not within_norm_bound(update, defense.norm_bound):
+            continue
+        with timing.part(timing.AGGREGATE):
+            norms[row.trainer] = update_norm(update)
+            votes[row.trainer] = vote_signs(update)
+        del update
+    round_row = job.rounds_set.get(number=round_)
+    medians = {row.trainer: int(row.median or 0) for row in rows}
+    voting, witnessing = vote_roles(
+        list(norms), medians, base_median=int(round_row.base_median or 0), margin=int(job.margin)
+    )
+    clip_norm = aggregation_clip_norm([norms[t] for t in voting], [norms[t] for t in witnessing])
+    return (
+        clip_norm,
+        [votes[t] for t in voting if votes[t] is not None],
+        [votes[t] for t in witnessing if votes[t] is not None],
+    )
+
+
+def propose_or_confirm(
+    ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, first_seen: float
+) -> Outcome:
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.AGGREGATING:
         return Outcome(True, "the round has moved on")
@@ -87,25 +203,43 @@ def propose_or_confirm(ctx, job: mirror.Job, config: JobConfig, round_: int, fir
     if participant.vote_round == round_:
         return Outcome(True, "voted already")
     model_hash, data = aggregate(ctx, job, config, round_)
-    proposals = {p.model_hash: p for p in job.proposals.filter(round=round_)}
-    if model_hash in proposals:
-        return _confirm(ctx, job, round_, model_hash, data)
+    reference = _store(ctx, job.job_id, round_, model_hash, data)
+    proposals = list(job.proposals.filter(round=round_))
+    if any(_same(p.model_hash, model_hash) and _same(p.reference, reference) for p in proposals):
+        return _confirm(ctx, job, round_, model_hash, reference)
+    # Our hash proposed with another reference: a hijack (or a broken store); never confirm it,
+    # propose the right pair now rather than after the fallback.
+    hijacked = any(_same(p.model_hash, model_hash) for p in proposals)
     seat = participant.seat
     waited = time.time() - first_seen
-    if seat > 0 and waited < seat * ctx.proposer_fallback_s:
+    if seat > 0 and waited < seat * ctx.proposer_fallback_s and not hijacked:
         others = "a different proposal" if proposals else "no proposal"
         return Outcome(
             False, f"seat {seat}: {others} yet, proposing after {seat * ctx.proposer_fallback_s:.0f}s"
         )
-    reference = blobs.put(ctx, data)
     try:
         receipt = chain.propose_model(ctx, job.job_id, round_, reference, model_hash)
-    except ledger_errors.ProposalExists:
-        return _confirm(ctx, job, round_, model_hash, data)  # a fellow member proposed it meanwhile
-    return Outcome(True, f"proposed {model_hash[:12]}…", receipt.tx_hash)
+    except ledger_errors.ProposalExists:  # a fellow member proposed the same pair meanwhile
+        return _confirm(ctx, job, round_, model_hash, reference)
+    note = " (its hash was proposed with another reference)" if hijacked else ""
+    return Outcome(True, f"proposed {model_hash[:12]}…{note}", receipt.tx_hash)
 
 
-def _skip(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
+def _store(ctx: NodeContext, job_id: int, round_: int, model_hash: str, data: bytes) -> str:
+    """Store and pin the aggregate (unencrypted: its reference is the content address of the bytes,
+    the same on every honest member) once by this node; its reference."""
+    key = (job_id, round_, model_hash)
+    references = ctx.memory.aggregator.references
+    if key not in references:
+        references[key] = blobs.put(ctx, data)
+    return references[key]
+
+
+def _same(a: str, b: str) -> bool:
+    return a.removeprefix("0x").lower() == b.removeprefix("0x").lower()
+
+
+def _skip(ctx: NodeContext, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
     """The aggregation deadline passed with no model fixed: skip the aggregation on chain.
 
     One node sends at once, the first seat of the committee that scored the round (it has just
@@ -128,10 +262,10 @@ def _skip(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
     return Outcome(True, "aggregation skipped: the previous model carried forward", receipt.tx_hash)
 
 
-def _confirm(ctx, job: mirror.Job, round_: int, model_hash: str, data: bytes) -> Outcome:
-    blobs.put(ctx, data)  # content-addressed: one more full copy of the model, at no cost to others
+def _confirm(ctx: NodeContext, job: mirror.Job, round_: int, model_hash: str, reference: str) -> Outcome:
+    """Vote for the proposal of exactly this pair (stored here already: one more full copy)."""
     try:
-        receipt = chain.confirm_model(ctx, job.job_id, round_, model_hash)
+        receipt = chain.confirm_model(ctx, job.job_id, round_, model_hash, reference)
     except (ledger_errors.WrongPhase, ledger_errors.WrongRound):
         return Outcome(True, "the model was fixed without this vote")
     return Outcome(True, f"confirmed {model_hash[:12]}…", receipt.tx_hash)

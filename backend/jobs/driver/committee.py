@@ -5,7 +5,10 @@ committee's set finalizes the round on chain in the same transaction; a separate
 sent only when a deadline ends the scoring.
 
 A malformed update, or one whose bytes do not match the hash on chain, scores 0; it is
-never an error (fl_node.score guarantees that for the bytes themselves).
+never an error (fl_node.score guarantees that for the bytes themselves). Updates are sealed
+(backend.jobs.sealed): the committee fetches each sealed blob as it arrives, and its key once the
+round's training is over; an update whose key has not arrived by ``key_deadline`` scores 0 too,
+so a trainer that withholds its key (or went away) cannot hold the round.
 
 Scores are releases of this node's validation records: unless its dataset declared the
 hold-out public, each is a noisy count (``fl_node.score``, noise from a secret stream) and the
@@ -21,8 +24,9 @@ import time
 
 import torch
 
-from backend.jobs import blobs, chain
+from backend.jobs import blobs, chain, sealed
 from backend.jobs.config import JobConfig
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import privacy as round_privacy
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
@@ -30,17 +34,52 @@ from backend.jobs.models import RoundAction
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from backend.swarm.errors import SwarmError
-from fl_node.score import score_update_int
+from fl_node.codec import CodecError, decode_update, update_spec
+from fl_node.robust import within_norm_bound
+from fl_node.score import BASE_SCORE, member_scores, score_update_int
 
-# (node, job, round) -> {(trainer, content hash): score}: updates scored as they arrived, this process.
-_scored: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
-# (node, job, round) -> the spendPrivacy of the round's score release (None: nothing owed on chain).
-_score_spends: dict[tuple[str, int, int], object] = {}
-# the key under which ``_scored`` keeps this member's score of the round's base model
+# The updates scored as they arrived and the round's score release are the node's memory
+# (``ctx.memory.committee``: scored, score_spends, by (job, round)). BASE: the key under which
+# ``scored`` keeps this member's score of the round's base model.
 BASE = ("base", "base")
+# A missing key is waited for at most until the first half of the commit window is over (the
+# window is the first half of the score period), and at most KEY_WAIT_S after this member saw the
+# round's training over: an honest trainer answers a key request within seconds, and a trainer
+# that withholds its key must not hold the round for a long score period (it scores 0).
+KEY_WAIT_SHARE = 4  # of the score period
+KEY_WAIT_S = 60
+# Within the action, the keys still missing are asked for again every KEY_ASK_PAUSE_S for KEY_ASK_S
+# after this member first saw the training over: a trainer's node serves its key moments after its
+# submit, while the agent's next tick may be a whole interval away (no block comes meanwhile).
+KEY_ASK_S = 3.0
+KEY_ASK_PAUSE_S = 0.2
 
 
-def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> Outcome:
+def key_deadline(on_chain, training_seen_over: int | None = None) -> int:
+    """When the committee stops waiting for keys and scores the keyless updates 0 (contract time).
+
+    ``training_seen_over`` is in seconds: pass it only for a job timed in seconds (see
+    keys_still_awaited for one timed in blocks)."""
+    commit_deadline = on_chain.score_deadline - on_chain.score_period // 2
+    deadline = commit_deadline - on_chain.score_period // KEY_WAIT_SHARE
+    if training_seen_over is not None:
+        deadline = min(deadline, training_seen_over + KEY_WAIT_S)
+    return deadline
+
+
+def keys_still_awaited(on_chain, now: int, seen_over: int, seen_at: float) -> bool:
+    """Whether a missing key is still waited for: before key_deadline, and at most KEY_WAIT_S
+    seconds after this member saw the training over. A job timed in blocks counts those seconds
+    on this process's clock (``seen_at``, monotonic): a block number plus KEY_WAIT_S would be
+    KEY_WAIT_S blocks, minutes on a slow chain."""
+    if getattr(on_chain, "use_blocks", False):
+        return now < key_deadline(on_chain) and time.monotonic() - seen_at < KEY_WAIT_S
+    return now < key_deadline(on_chain, seen_over)
+
+
+def score_round(
+    ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction
+) -> Outcome:
     """Score the round's updates as they arrive; commit to the scores once all are in, and reveal
     them once every member committed (or the commit deadline passed).
 
@@ -53,7 +92,7 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
 
     Scoring an update while the other trainers still train takes it off the round's critical
     path: when the last update arrives only that one is left to score. The scores are kept by
-    (trainer, content hash) in this process; a restarted node scores again what it lost.
+    (trainer, content hash) in the node's memory; a restarted node scores again what it lost.
     """
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.TRAINING:
@@ -66,21 +105,37 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
-    workspace.keep_round(_scored, ctx.address, job.job_id, round_)
-    workspace.keep_round(_score_spends, ctx.address, job.job_id, round_)
-    known = _scored.setdefault((ctx.address, job.job_id, round_), {})
+    memory = ctx.memory.committee
+    workspace.keep_round(memory.scored, job.job_id, round_)
+    workspace.keep_round(memory.score_spends, job.job_id, round_)
+    known = memory.scored.setdefault((job.job_id, round_), {})
     dataset = state.my_dataset(job, ctx.address)
-    _score_new(ctx, job, config, round_, updates, known, claim, dataset)
+    now = chain.contract_now(ctx, on_chain)
+    over = sealed.training_over(on_chain, round_, now)  # the keys are released
+    if over:
+        seen_over, seen_at = workspace.training_seen_over(ctx, job.job_id, round_, now)
+        _gather_keys(ctx, job.job_id, round_, updates, known, asking_until=seen_at + KEY_ASK_S)
+    # Before the training is over this fetches the sealed blobs as they come; after, the keys
+    # gathered at once are read with them, and the holders asked for the rest one by one.
+    _score_new(ctx, job, config, round_, updates, known, claim, dataset, ask_keys=over)
     RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue
     expected = on_chain.participant_count - on_chain.committee_size
-    if on_chain.update_count < expected and chain.contract_now(ctx, on_chain) <= on_chain.update_deadline:
+    if not over:
         return Outcome(
-            False, f"scored {len(updates)} of {expected} updates as they came; waiting for the rest"
+            False, f"fetched {len(updates)} of {expected} sealed updates as they came; waiting for the rest"
         )
-    key = (ctx.address, job.job_id, round_)
-    if key in _score_spends:  # the chain records the scores' cost before it sees them
+    keyless = [u for u in updates if (u.trainer, u.content_hash) not in known]
+    if keyless:
+        if keys_still_awaited(on_chain, now, seen_over, seen_at):
+            return Outcome(False, f"waiting for the keys of {len(keyless)} updates", recheck_s=1.0)
+        for update in keyless:  # unreadable: nobody can aggregate it either
+            known[(update.trainer, update.content_hash)] = 0
+    if config.robust and BASE not in known:  # read, not scored yet: all scored together
+        known.update(_robust_scores(ctx, job, config, round_, known, dataset))
+    key = (job.job_id, round_)
+    if key in memory.score_spends:  # the chain records the scores' cost before it sees them
         with timing.part(timing.PRIVACY):
-            round_privacy.await_spend(claim, _score_spends[key])
+            round_privacy.await_spend(claim, memory.score_spends[key])
     committed, _ = mirror.ScoreCommitment.objects.get_or_create(
         node=ctx.address,
         job_id=job.job_id,
@@ -91,12 +146,28 @@ def score_round(ctx, job: mirror.Job, config: JobConfig, round_: int, claim: Rou
             base_score=known.get(BASE, 0),
         ),
     )
-    _scored.pop(key, None)
-    _score_spends.pop(key, None)
+    memory.scored.pop(key, None)
+    memory.score_spends.pop(key, None)
     return _commit_or_reveal(ctx, job, round_, on_chain, committed)
 
 
-def _commit_or_reveal(ctx, job: mirror.Job, round_: int, on_chain, committed) -> Outcome:
+def _gather_keys(
+    ctx: NodeContext, job_id: int, round_: int, updates, known: dict, *, asking_until: float
+) -> None:
+    """Ask for the keys of the updates not scored yet, all at once (sealed.gather_keys), and again
+    for the missing ones until ``asking_until`` (monotonic). The keys got are offered to the reads
+    of _score_new, which check them on the blobs (one whose key opens it to other content than its
+    hash on chain scores 0 there, at once), and ask the holders themselves for the rest.
+    """
+    keyless = [u for u in updates if (u.trainer, u.content_hash) not in known]
+    while keyless:
+        keyless = sealed.gather_keys(ctx, job_id, round_, keyless)
+        if not keyless or time.monotonic() + KEY_ASK_PAUSE_S > asking_until:
+            return
+        time.sleep(KEY_ASK_PAUSE_S)
+
+
+def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, committed) -> Outcome:
     """Send the commitment if it is not on chain yet, else the reveal once reveals are open."""
     scores = {trainer: int(score) for trainer, score in committed.scores}
     salt = bytes.fromhex(committed.salt.removeprefix("0x"))
@@ -144,28 +215,56 @@ def _commit_or_reveal(ctx, job: mirror.Job, round_: int, on_chain, committed) ->
 
 
 def _score_new(
-    ctx, job, config: JobConfig, round_: int, updates, known: dict, claim: RoundAction, dataset
+    ctx: NodeContext,
+    job,
+    config: JobConfig,
+    round_: int,
+    updates,
+    known: dict,
+    claim: RoundAction,
+    dataset,
+    *,
+    ask_keys: bool,
 ) -> None:
-    """Score the updates not scored yet, on this node's validation data (of ``dataset``), into ``known``."""
+    """Score the updates not scored yet, on this node's validation data (of ``dataset``), into ``known``.
+
+    ``ask_keys``: the round's training is over, so the trainers (and relays) are asked for the keys;
+    before that only the sealed blobs are fetched. An update whose key is not here stays unscored.
+    """
     new = [u for u in updates if (u.trainer, u.content_hash) not in known]
     if not new and BASE in known:
         return
     with timing.part(timing.PREPARE):
-        plan = round_privacy.node_plan(job, config, dataset)
-        round_key = (ctx.address, job.job_id, round_)
+        plan = round_privacy.node_plan(ctx, job, config, dataset)
+        round_key = (job.job_id, round_)
+        spends = ctx.memory.committee.score_spends
         release = plan.score_release(plan.scores_per_round)
-        if release is not None and round_key not in _score_spends:
+        if release is not None and round_key not in spends:
             # Before the first noisy score of the round: the whole set is one release.
             with timing.part(timing.PRIVACY):
-                _score_spends[round_key] = round_privacy.reserve(claim, dataset, job.job_id, round_, release)
-        _, val = workspace.local_split(dataset, config)
+                spends[round_key] = round_privacy.reserve(claim, dataset, job.job_id, round_, release)
+        _, val = workspace.local_split(ctx, dataset, config)
         reference, model_hash = state.base_model(job, round_)
         _, global_state, _ = workspace.global_model(ctx, reference, model_hash, config)
         bound = blobs.update_max_bytes(global_state)
-        scratch = workspace.scratch_model(config)
+        scratch = workspace.scratch_model(ctx, config)
         x_val, y_val = val.tensors()
 
+    spec = update_spec(global_state)
+
+    def decoded(blob: bytes):
+        """The update of ``blob``, or None if it is malformed or above the job's norm bound."""
+        try:
+            update = decode_update(blob, expected=spec)
+        except CodecError:
+            return None
+        return update if within_norm_bound(update, config.norm_bound or None) else None
+
     def score(update) -> int:
+        if config.norm_bound and isinstance(update, bytes):
+            update = decoded(update)
+            if update is None:
+                return 0
         with timing.part(timing.SCORE):
             return score_update_int(
                 scratch,
@@ -177,6 +276,19 @@ def _score_new(
                 noise_multiplier=plan.score_noise_multiplier,
             )
 
+    if config.robust:
+        # Read now (the decoded update, None if unusable), scored together once all are read: the
+        # clip norm is their median norm (_robust_scores).
+        for update in new:
+            try:
+                blob = sealed.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
+            except sealed.KeyUnavailable:
+                continue  # read once its key arrives, or scored 0 at the key deadline (score_round)
+            except (blobs.BlobMismatch, SwarmError, ValueError):
+                known[(update.trainer, update.content_hash)] = None
+                continue
+            known[(update.trainer, update.content_hash)] = decoded(blob)
+        return
     if BASE not in known:
         # The unchanged global model, scored like an update (a zero one) in the same release:
         # the contract accepts only updates whose median beats the base median by the margin.
@@ -186,14 +298,47 @@ def _score_new(
     for update in new:
         key = (update.trainer, update.content_hash)
         try:
-            blob = blobs.get_checked(ctx, update.reference, update.content_hash, max_bytes=bound)
+            blob = sealed.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
+        except sealed.KeyUnavailable:
+            continue  # scored once its key arrives, or 0 at the key deadline (score_round)
         except (blobs.BlobMismatch, SwarmError, ValueError):
             known[key] = 0  # unavailable or altered: nobody can aggregate it either
             continue
         known[key] = score(blob)
 
 
-def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
+def _robust_scores(ctx: NodeContext, job, config: JobConfig, round_: int, read: dict, dataset) -> dict:
+    """A robust job's scores of the round's updates and of the base model, from ``read`` (by
+    (trainer, content hash): the decoded update; None or a score of 0 already: unreadable, malformed,
+    above the norm bound or keyless, scores 0): :func:`fl_node.score.member_scores`, the simulator's
+    scoring, on this node's validation data. Each update at its 1/top_k share, clipped to the median
+    norm of the usable ones, relative to the unchanged model, whose score is BASE_SCORE; the noise is
+    the plan's, as for absolute scores."""
+    updates = {key: value if isinstance(value, dict) else None for key, value in read.items() if key != BASE}
+    with timing.part(timing.PREPARE):
+        plan = round_privacy.node_plan(ctx, job, config, dataset)
+        _, val = workspace.local_split(ctx, dataset, config)
+        reference, model_hash = state.base_model(job, round_)
+        _, global_state, _ = workspace.global_model(ctx, reference, model_hash, config)
+        scratch = workspace.scratch_model(ctx, config)
+        x_val, y_val = val.tensors()
+    with timing.part(timing.SCORE):
+        scores = member_scores(
+            scratch,
+            global_state,
+            updates,
+            x_val,
+            y_val,
+            scale=1 / config.top_k,
+            norm_bound=config.norm_bound or None,
+            clip_to_median=True,
+            metric=config.score_metric,
+            noise_multiplier=plan.score_noise_multiplier,
+        )
+    return scores | {BASE: BASE_SCORE}
+
+
+def finalize_round(ctx: NodeContext, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
     """Finalize a round whose score deadline passed with scores missing.
 
     A round whose scores are all in needs nothing here: the scores that complete the set
@@ -222,7 +367,7 @@ def finalize_round(ctx, job: mirror.Job, round_: int, first_seen: float) -> Outc
     return _send_finalize(ctx, job.job_id, round_)
 
 
-def _send_finalize(ctx, job_id: int, round_: int) -> Outcome:
+def _send_finalize(ctx: NodeContext, job_id: int, round_: int) -> Outcome:
     try:
         receipt = chain.finalize(ctx, job_id, round_)
     except ledger_errors.RoundNotFinalizable:

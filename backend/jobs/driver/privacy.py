@@ -3,8 +3,9 @@
 The plan (``fl_node.privacy_plan``) is computed from the job's config and this node's own
 data: the training release of every round and the noise of the committee's scores. Each
 release is reserved in the dataset's budget (``backend.datasets.budget``) BEFORE it is
-computed, so a release past the cap is never computed, and its on-chain record
-(spendPrivacy) goes out in the background and is awaited before anything is published.
+computed, so a release past the cap is never computed. A training release's on-chain record
+goes in the update's own submitUpdate (``reserve_for_update``); a score release's
+(spendPrivacy) goes out in the background and is awaited before the scores are published.
 Every computation is a new release with fresh secret randomness: a retrain, after a crash
 or after a discarded speculative update, is reserved and charged again.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from dataclasses import replace
+from datetime import datetime
 
 from backend.datasets.budget import (
     Charge,
@@ -24,7 +26,9 @@ from backend.datasets.budget import (
     send_spend,
     withhold_abandoned,
 )
+from backend.datasets.models import PrivacyRelease
 from backend.jobs.config import JobConfig
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import workspace
 from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
@@ -42,9 +46,9 @@ def scores_per_round(job: mirror.Job) -> int:
     return max(job.participants.count() - job.committee_size, 1) + 1
 
 
-def node_plan(job: mirror.Job, config: JobConfig, dataset) -> PrivacyPlan:
+def node_plan(ctx: NodeContext, job: mirror.Job, config: JobConfig, dataset) -> PrivacyPlan:
     """This node's plan for ``job`` on ``dataset`` (cheap: the calibrations are cached)."""
-    train, val = workspace.local_split(dataset, config)
+    train, val = workspace.local_split(ctx, dataset, config)
     return config.privacy_plan(
         num_train=len(train),
         num_records=len(train) + len(val),
@@ -63,14 +67,74 @@ def reserve(claim: RoundAction, dataset, job_id: int, round_: int, release: Rele
     Returns the spendPrivacy in flight, or None when nothing is owed on chain. The claim keeps
     what is unsent, so the end of a job can show that every spend reached the chain.
     """
+    charge = _reserve_locally(claim, dataset, job_id, round_, release)
+    return send_spend(charge) if charge.micro_epsilon else None
+
+
+def reserve_for_update(claim: RoundAction, dataset, job_id: int, round_: int, release: ReleasePlan) -> int:
+    """Reserve a training release whose spend goes on chain WITH the update (submitUpdate's
+    ``spend``), in one transaction: nothing is sent now. Returns the micro-epsilon owed (0: none).
+
+    Reserved before anything is computed, as ``reserve``; the sealed update cannot be read before
+    its submit carried the spend (its key is released only for an update on chain).
+    """
+    return _reserve_locally(claim, dataset, job_id, round_, release).micro_epsilon
+
+
+def reuse_for_update(
+    claim: RoundAction, dataset, job_id: int, round_: int, release: ReleasePlan, *, since: datetime
+) -> int | None:
+    """The micro-epsilon owed by an open reservation of exactly ``release`` (kind, noise, rate,
+    steps) in this round, made at ``since`` or later, now this claim's; None when there is none.
+
+    Only for a retry whose caller KNOWS what happened under that reservation (the same process
+    made it, then failed, e.g. its database went away): either nothing was computed yet, or the
+    caller holds the computed output, unpublished, and publishes it now. Either way the release
+    it stands for happens once, charged once. A reservation left by an attempt of unknown fate
+    is withheld instead (``reserve``).
+    """
+    reserved = (
+        PrivacyRelease.objects.filter(
+            dataset_id=dataset.pk,
+            job=str(job_id),
+            round=round_,
+            kind=release.kind,
+            status=PrivacyRelease.Status.RESERVED,
+            created__gte=since,
+        )
+        .order_by("-id")
+        .first()
+    )
+    if reserved is None or (reserved.noise_multiplier, reserved.sample_rate, reserved.steps) != (
+        release.noise_multiplier,
+        release.sample_rate,
+        release.steps,
+    ):
+        return None
+    owed = max(reserved.micro_epsilon, 1) if dataset.onchain_id else 0
+    RoundAction.objects.filter(pk=claim.pk).update(budget_charged=True, privacy_unsent=owed)
+    return owed
+
+
+def spent_with_update(claim: RoundAction) -> None:
+    """The update that carried the spend is on chain: nothing of this claim is unsent."""
+    RoundAction.objects.filter(pk=claim.pk).update(privacy_unsent=0)
+
+
+def owe_nothing(claim: RoundAction) -> None:
+    """A training release withheld (never published) owes the chain nothing: its spend would have
+    travelled with its update. The local budget still counts it (``withheld``)."""
+    RoundAction.objects.filter(pk=claim.pk).update(privacy_unsent=0)
+
+
+def _reserve_locally(claim: RoundAction, dataset, job_id: int, round_: int, release: ReleasePlan) -> Charge:
     withhold_abandoned(dataset, job_id, round_, release.kind)
     charge = reserve_release(dataset, job_id, round_, release)
     # A DP job's contract refuses an update without the round's spend: a release whose increase
     # rounds to nothing is still recorded as the smallest amount.
     owed = max(charge.micro_epsilon, 1) if charge.onchain_id else 0
-    charge = replace(charge, micro_epsilon=owed)
     RoundAction.objects.filter(pk=claim.pk).update(budget_charged=True, privacy_unsent=owed)
-    return send_spend(charge) if owed else None
+    return replace(charge, micro_epsilon=owed)
 
 
 def await_spend(claim: RoundAction, spending: Future | None) -> None:
@@ -98,4 +162,16 @@ def _settle(mark, dataset, job_id: int, round_: int, kind: str) -> None:
         logger.debug("release %s of job %s round %s was already settled", kind, job_id, round_)
 
 
-__all__ = ["Charge", "await_spend", "node_plan", "released", "reserve", "scores_per_round", "withheld"]
+__all__ = [
+    "Charge",
+    "await_spend",
+    "node_plan",
+    "owe_nothing",
+    "released",
+    "reserve",
+    "reserve_for_update",
+    "reuse_for_update",
+    "scores_per_round",
+    "spent_with_update",
+    "withheld",
+]

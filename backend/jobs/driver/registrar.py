@@ -7,6 +7,7 @@ next round (see planner), as nothing waits for a round's metrics.
 from __future__ import annotations
 
 from backend.jobs.config import JobConfig
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.jobs.models import RoundMetric
@@ -15,7 +16,7 @@ from backend.serving.services import register_global_model
 from fl_node.train import evaluate
 
 
-def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
+def register_round(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
     fixed = job.global_models.get(round=round_)
     data, _, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash, config)
     register_global_model(
@@ -33,12 +34,12 @@ def register_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outc
     return Outcome(True, f"serving round {round_}'s model")
 
 
-def measure_round(ctx, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
+def measure_round(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int) -> Outcome:
     fixed = job.global_models.get(round=round_)
     _, global_state, _ = workspace.global_model(ctx, fixed.reference, fixed.model_hash, config)
     dataset = state.my_dataset(job, ctx.address)
-    _, val = workspace.local_split(dataset, config)
-    model = workspace.scratch_model(config)
+    _, val = workspace.local_split(ctx, dataset, config)
+    model = workspace.scratch_model(ctx, config)
     with timing.part(timing.EVALUATE):
         model.load_state_dict(global_state)
         metrics = evaluate(model, *val.tensors())

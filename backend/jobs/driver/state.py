@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.cluster.errors import ActionError  # the driver's actions run as cluster tasks
+from backend.datasets.budget import job_epsilon as spent_by_job
 from backend.datasets.models import Dataset
 from backend.jobs.config import JobConfig
 from backend.ledger import models as mirror
@@ -20,10 +22,6 @@ class Outcome:
     # Not done, and nothing will change before this many seconds (a stand-by's fallback delay):
     # the agent does not re-run it sooner. None: re-run at the next tick.
     recheck_s: float | None = None
-
-
-class ActionError(Exception):
-    """An action cannot be carried out now; its message says why (it is retried later)."""
 
 
 def seats(job: mirror.Job, round_: int) -> list[str]:
@@ -79,6 +77,27 @@ def participant_index(job: mirror.Job, address: str) -> int:
 
 def job_epsilon(dataset: Dataset, job_id: int, config: JobConfig) -> float:
     """Privacy this job spent on the dataset so far (its own history, RDP)."""
-    from backend.datasets.budget import job_epsilon as spent_by_job
-
     return spent_by_job(dataset, job_id, delta=config.dp.delta) if config.dp.private else 0.0
+
+
+def first_open_round(job: mirror.Job) -> int:
+    """The first round of ``job`` whose outputs (updates, scores) may still be published.
+
+    Every round before it is closed on chain: finalized (it takes no update or score any more),
+    or the job ended. A speculative update of round r + 1 while r aggregates is not closed.
+    """
+    if job.status == mirror.Job.Status.OPEN:
+        return 0
+    if job.status != mirror.Job.Status.RUNNING:
+        return 2**31 - 1  # every round (the releases' round column's bound)
+    current = job.rounds_set.filter(number=job.current_round).first()
+    if current is not None and current.status == mirror.Round.Status.TRAINING:
+        return job.current_round
+    return job.current_round + 1
+
+
+def published(job: mirror.Job, address: str, round_: int, kind: str) -> bool:
+    """Whether the chain shows this node's output of a release of ``kind`` in ``round_``."""
+    if kind == "score_count":
+        return address in scorers(job.job_id, round_)
+    return job.updates.filter(round=round_, trainer=address).exists()

@@ -18,31 +18,29 @@ import logging
 
 from django.utils import timezone
 
+from backend.jobs.context import NodeContext
 from backend.jobs.driver import state, workspace
 from backend.jobs.models import Membership
 from backend.ledger import models as mirror
 
 logger = logging.getLogger(__name__)
-_warmed: set[tuple[str, int]] = set()  # (node, job id) prepared by this process
 
 
-def warm_jobs(ctx) -> None:
+def warm_jobs(ctx: NodeContext) -> None:
     """Prepare each open or running job this node takes part in, once per process.
 
     Where the actions run in this process, here; with a Celery worker, there (its caches are
     its own), by one task per job.
     """
-    from django.conf import settings
-
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
     jobs = mirror.Job.objects.filter(status__in=active, participants__node=ctx.address).distinct()
     for job in jobs:
-        if (ctx.address, job.job_id) in _warmed:
+        if job.job_id in ctx.memory.agent.warmed:
             continue
         if not Membership.objects.filter(node=ctx.address, job_id=job.job_id).exists():
             continue  # joined on chain, not recorded here yet (the join call is finishing)
-        _warmed.add((ctx.address, job.job_id))  # one try: on failure round 1 loads it itself
-        if settings.CELERY_TASK_ALWAYS_EAGER:
+        ctx.memory.agent.warmed.add(job.job_id)  # one try: on failure round 1 loads it itself
+        if ctx.actions_inline:
             warm_and_mark(ctx, job.job_id)
         else:
             from backend.jobs.tasks import warm_job
@@ -50,7 +48,7 @@ def warm_jobs(ctx) -> None:
             warm_job.delay(job.job_id)
 
 
-def warm_and_mark(ctx, job_id: int) -> bool:
+def warm_and_mark(ctx: NodeContext, job_id: int) -> bool:
     job = mirror.Job.objects.filter(job_id=job_id).first()
     if job is None:
         return False
@@ -63,21 +61,21 @@ def warm_and_mark(ctx, job_id: int) -> bool:
     return True
 
 
-def warm(ctx, job: mirror.Job) -> None:
+def warm(ctx: NodeContext, job: mirror.Job) -> None:
     from backend.jobs.driver.privacy import node_plan
     from backend.jobs.services import config_of, job_record
 
     config = config_of(job_record(ctx, job.job_id))
     dataset = state.my_dataset(job, ctx.address)
-    train, _ = workspace.local_split(dataset, config)
+    train, _ = workspace.local_split(ctx, dataset, config)
     _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash, config)
-    workspace.scratch_model(config)
-    plan = node_plan(job, config, dataset)  # calibrates the noise once; cached for the rounds
+    workspace.scratch_model(ctx, config)
+    plan = node_plan(ctx, job, config, dataset)  # calibrates the noise once; cached for the rounds
     train_config = config.train_config(seed=0, plan=plan)
     dry_run(ctx, config, train_config, initial, train)
 
 
-def dry_run(ctx, config, train_config, initial: dict, train) -> None:
+def dry_run(ctx: NodeContext, config, train_config, initial: dict, train) -> None:
     """One training step on one batch, thrown away: a process's first training call pays about
     a second of one-off set-up (kernels, the DP engine's hooks) that round 1 should not pay.
 

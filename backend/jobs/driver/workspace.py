@@ -1,99 +1,73 @@
-"""Per-process caches, so that a round does not reload what the previous action just had.
+"""The node's round workspace, so that a round does not reload what the previous action just had.
 
 Global models are kept decoded by content hash (training, scoring, aggregating and
 registering the same round reuse one decode), a scratch module per architecture, and
-each dataset's deterministic train / validation split.
+each dataset's deterministic train / validation split: in the node's memory
+(``ctx.memory.workspace``, backend.jobs.driver.memory), which a restart forgets.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
+import time
 
 import numpy as np
 import torch
 
 from backend.jobs import blobs
 from backend.jobs.config import JobConfig
+from backend.jobs.context import NodeContext
 from fl_node.codec import decode_model, update_spec
 from fl_node.data import ArrayDataset, stratified_split
 
-_lock = threading.Lock()
 
-
-class _Lru:
-    def __init__(self, size: int):
-        self.size = size
-        self.items: OrderedDict = OrderedDict()
-
-    def get(self, key):
-        with _lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-        return None
-
-    def put(self, key, value):
-        with _lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-        return value
-
-    def clear(self):
-        with _lock:
-            self.items.clear()
-
-
-_models = _Lru(8)  # model hash -> (bytes, state, server_state)
-_splits = _Lru(4)  # (dataset content hash, seed, fraction) -> (train, val)
-_scratch = _Lru(4)  # config bytes -> nn.Module
-
-
-def clear() -> None:
-    for cache in (_models, _splits, _scratch):
-        cache.clear()
-    blobs.clear()
-
-
-def keep_round(cache: dict, node: str, job_id: int, round_: int) -> None:
-    """Drop the entries of ``cache`` (keyed (node, job, round)) of this node's earlier rounds of the job.
+def keep_round(cache: dict, job_id: int, round_: int) -> None:
+    """Drop the entries of ``cache`` (a node's memory, keyed (job, round, ...)) of the job's earlier rounds.
 
     Per-round caches of the driver keep only the round in progress: one that moved on without
     its entry being used must not stay for the life of the process.
     """
-    for key in [k for k in cache if k[:2] == (node, job_id) and k[2] < round_]:
+    for key in [k for k in cache if k[0] == job_id and k[1] < round_]:
         del cache[key]
 
 
-def remember_model(model_hash: str, data: bytes) -> tuple[bytes, dict, dict]:
+def training_seen_over(ctx: NodeContext, job_id: int, round_: int, now: int) -> tuple[int, float]:
+    """(contract time, this process's monotonic clock) at which this node first saw the round's
+    training over, ``now`` being the contract time of this sight: the committee's key wait counts from it."""
+    seen = ctx.memory.workspace.training_seen_over
+    keep_round(seen, job_id, round_)
+    return seen.setdefault((job_id, round_), (now, time.monotonic()))
+
+
+def remember_model(ctx: NodeContext, model_hash: str, data: bytes) -> tuple[bytes, dict, dict]:
     state, server = decode_model(data)
-    return _models.put(model_hash.removeprefix("0x"), (data, state, server))
+    return ctx.memory.workspace.models.put(model_hash.removeprefix("0x"), (data, state, server))
 
 
 def global_model(
-    ctx, reference: str, model_hash: str, config: JobConfig | None = None
+    ctx: NodeContext, reference: str, model_hash: str, config: JobConfig | None = None
 ) -> tuple[bytes, dict[str, torch.Tensor], dict]:
-    """(bytes, state, server_state) of a global model, fetched and checked once per process.
+    """(bytes, state, server_state) of a global model, fetched and checked once by this node.
 
     With the job's ``config`` the read accepts at most what its architecture encodes to.
     """
     key = model_hash.removeprefix("0x")
-    cached = _models.get(key)
+    cached = ctx.memory.workspace.models.get(key)
     if cached is not None:
         return cached
-    bound = blobs.model_max_bytes(scratch_model(config).state_dict()) if config else blobs.DEFAULT_MAX_BYTES
-    return remember_model(key, blobs.get_checked(ctx, reference, key, max_bytes=bound))
+    bound = (
+        blobs.model_max_bytes(scratch_model(ctx, config).state_dict()) if config else blobs.DEFAULT_MAX_BYTES
+    )
+    return remember_model(ctx, key, blobs.get_checked(ctx, reference, key, max_bytes=bound))
 
 
-def scratch_model(config: JobConfig) -> torch.nn.Module:
+def scratch_model(ctx: NodeContext, config: JobConfig) -> torch.nn.Module:
     """A module of the job's architecture whose weights callers overwrite (scoring, evaluation)."""
     key = config.to_bytes()
-    module = _scratch.get(key)
+    scratch = ctx.memory.workspace.scratch
+    module = scratch.get(key)
     if module is None:
-        module = _scratch.put(key, config.build_model())
+        module = scratch.put(key, config.build_model())
     return module
 
 
@@ -115,7 +89,7 @@ def split_seed(content_hash: str, config: JobConfig | None) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def local_split(dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]:
+def local_split(ctx: NodeContext, dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]:
     """(train, validation) parts of this node's dataset: a deterministic stratified split.
 
     A dataset that declared its hold-out public has ONE hold-out for every job (a fixed
@@ -128,7 +102,8 @@ def local_split(dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]
     fraction = PUBLIC_HOLDOUT_FRACTION if public else config.val_fraction
     seed = split_seed(dataset.content_hash, None if public else config)
     key = (dataset.content_hash, seed, fraction)
-    cached = _splits.get(key)
+    splits = ctx.memory.workspace.splits
+    cached = splits.get(key)
     if cached is not None:
         return cached
     x, y = load_dataset_arrays(dataset)
@@ -138,4 +113,4 @@ def local_split(dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]
     if len(val_idx) == 0 or len(train_idx) == 0:
         val_idx, train_idx = np.arange(min(1, len(y))), np.arange(min(1, len(y)), len(y))
     full = ArrayDataset(x, y)
-    return _splits.put(key, (full.subset(np.sort(train_idx)), full.subset(np.sort(val_idx))))
+    return splits.put(key, (full.subset(np.sort(train_idx)), full.subset(np.sort(val_idx))))

@@ -74,6 +74,7 @@ export const api = {
 
   jobs: () => list(http.get('/jobs')),
   job: (id) => data(http.get(`/jobs/${id}`)),
+  jobLimits: () => data(http.get('/jobs/limits')),
   createJob: (body) => data(http.post('/jobs', body)),
   joinJob: (id, dataset) => data(http.post(`/jobs/${id}/join`, { dataset })),
   startJob: (id) => data(http.post(`/jobs/${id}/start`)),

@@ -44,10 +44,16 @@ export function checkJobPlan(form, candidates, ownBudgetLeft) {
   return { ok: problems.length === 0, joinable, needed, problems }
 }
 
-// Numbers that fit the federation: one committee member, every other joinable member trains.
+// The smallest committee a production deployment accepts (odd and at least 3: a committee of 1 or 2
+// lets one member fix models and carry medians). Smaller ones only on a development deployment,
+// which the node does not report: there the operator lowers it and the API's 400 speaks otherwise.
+export const DEFAULT_COMMITTEE = 3
+
+// Numbers that fit the federation: a committee of DEFAULT_COMMITTEE, every other joinable member
+// trains. null when fewer than DEFAULT_COMMITTEE + 1 members can join (the plan then says why).
 export function fittingDefaults(candidates, targetEpsilon) {
   const count = joinableMembers(candidates, targetEpsilon).length
-  if (count < 2) return null
-  const trainers = count - 1
-  return { committee_size: 1, min_trainers: trainers, top_k: Math.max(1, Math.min(trainers, 3)) }
+  if (count <= DEFAULT_COMMITTEE) return null
+  const trainers = count - DEFAULT_COMMITTEE
+  return { committee_size: DEFAULT_COMMITTEE, min_trainers: trainers, top_k: Math.max(1, Math.min(trainers, 3)) }
 }

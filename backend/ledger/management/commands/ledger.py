@@ -19,7 +19,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("deploy", help="deploy the contracts and write DEFL_CONTRACTS_FILE")
+        deploy = sub.add_parser("deploy", help="deploy the contracts and write DEFL_CONTRACTS_FILE")
+        deploy.add_argument(
+            "--allow-small-committees",
+            action="store_true",
+            help="development only: jobs may have committees of 1, 2 or an even size (one member "
+            "of such a committee fixes models alone); a production deployment leaves it off",
+        )
         index = sub.add_parser("index", help="mirror contract events into the database")
         index.add_argument("--follow", action="store_true", help="keep indexing new blocks")
         index.add_argument("--interval", type=float, default=None, help="seconds between passes (--follow)")
@@ -32,8 +38,8 @@ class Command(BaseCommand):
         except LedgerError as exc:
             raise CommandError(str(exc)) from exc
 
-    def _deploy(self, **options):
-        ledger = factory.deploy()
+    def _deploy(self, allow_small_committees: bool = False, **options):
+        ledger = factory.deploy(allow_small_committees=allow_small_committees or None)
         factory.get_ledger.cache_clear()
         self.stdout.write(json.dumps(ledger.deployment.addresses, indent=2))
         self.stdout.write(self.style.SUCCESS(f"deployed on chain {ledger.deployment.chain_id}"))

@@ -1,4 +1,4 @@
-"""The one place where the nodes, datasets and serving apps get this node's ``Ledger``.
+"""The one place where the other apps get this node's ``Ledger``.
 
 The ledger builds its facade (client + deployed contracts) from the settings in its own
 factory; callers go through ``node_ledger()`` so tests can point them at an in-process

@@ -3,8 +3,8 @@
 import pytest
 from eth_account import Account
 
-from backend.swarm.errors import SignatureError, UnregisteredSigner
-from backend.swarm.signing import MemoryNonceCache, RequestSigner, verify_request
+from backend.peers.errors import SignatureError, UnregisteredSigner
+from backend.peers.signing import MemoryNonceCache, RequestSigner, verify_request
 
 NODE = Account.create()
 STRANGER = Account.create()
@@ -110,7 +110,7 @@ def test_a_request_is_signed_for_one_receiver():
 
 
 def test_the_signed_length_and_body_hash_are_checked():
-    from backend.swarm.signing import check_body, verify_headers
+    from backend.peers.signing import check_body, verify_headers
 
     headers = signed(body=b"body")
     common = dict(

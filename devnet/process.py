@@ -26,9 +26,9 @@ from pathlib import Path
 import requests
 from eth_account import Account
 
-from backend.ledger.anvil import free_port
+from devnet.anvil import free_port
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 class NodeProcess:
@@ -142,15 +142,7 @@ class NodeProcess:
 
     def stop(self, *, timeout_s: float = 10) -> None:
         """Graceful stop (SIGTERM), then SIGKILL if it does not exit in time."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s=timeout_s)
         self.process = None
 
     def kill(self) -> None:
@@ -166,6 +158,18 @@ class NodeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process(process: subprocess.Popen | None, *, timeout_s: float = 10) -> None:
+    """Stop a process this one started (by its own handle): SIGTERM, then SIGKILL after ``timeout_s``."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def prepare_nodes(

@@ -5,6 +5,10 @@ SQLite database, chunk directory and key), uploads three data providers' partiti
 MNIST subset (encrypted before they leave each node), creates a job through the REST API
 (DP-SGD at epsilon 3, committee of 1), follows it round by round, then prints the dashboard
 URLs and keeps the nodes up until Ctrl-C (``--exit-when-done`` for scripts).
+
+Three nodes cannot seat the production minimum committee of 3 and still have trainers, so the demo
+deploys its contracts with the development flag ``allowSmallCommittees`` and says so; with
+``--committee`` odd and at least 3 (and more nodes) it deploys a production-rule contract instead.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from backend.localnet import OPERATOR, LocalFederation, NodeSpec
+from devnet.localnet import OPERATOR, LocalFederation, NodeSpec
 
 
 def _partitions(nodes: int, partition_spec: str, seed: int):
@@ -89,7 +93,7 @@ def _epsilon_text(job: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m backend.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devnet.demo", description=__doc__)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=3.0)
@@ -110,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(args.root)  # a demo starts from a clean chain and clean nodes
     specs = [NodeSpec(name=f"org-{chr(ord('a') + i)}") for i in range(args.nodes)]
-    federation = LocalFederation(args.root, specs, log=console.print)
+    small = args.committee < 3 or args.committee % 2 == 0
+    if small:
+        console.print(
+            f"note: a committee of {args.committee} is below the production rule (odd, at least 3): "
+            "the contracts are deployed with the DEVELOPMENT flag allowSmallCommittees"
+        )
+    federation = LocalFederation(args.root, specs, log=console.print, allow_small_committees=small)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -135,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             if not federation.wait_prepared(job_id):
                 console.print("not every node prepared the first round in time; starting anyway")
             federation.start_job(federation.nodes[0], job_id)
-            console.print("job started")
+            console.print("job started; its first committee was drawn on chain")
             final = federation.wait_for_job(job_id, on_progress=RoundPrinter(console))
             _summary(console, federation, job_id, final)
             if not args.exit_when_done:

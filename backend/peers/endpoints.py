@@ -84,5 +84,5 @@ class EndpointGuard:
             except OSError as exc:
                 raise EndpointRefused(f"endpoint host does not resolve: {exc}") from None
             for info in infos:
-                check_ip(ipaddress.ip_address(info[4][0].split("%")[0]))
+                check_ip(ipaddress.ip_address(str(info[4][0]).split("%")[0]))
             self._checked_until = now + self.ttl_s

@@ -22,14 +22,14 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Protocol
 
 from coincurve import PrivateKey, PublicKey
 from eth_utils import keccak, to_checksum_address
 
-from backend.swarm.errors import SignatureError, UnregisteredSigner
+from backend.peers.errors import SignatureError, UnregisteredSigner
 
 HEADER_ADDRESS = "X-Swarm-Address"
 HEADER_TIMESTAMP = "X-Swarm-Timestamp"
@@ -74,16 +74,23 @@ class RequestSigner:
         self,
         method: str,
         path: str,
-        body: bytes | memoryview,
+        body: Sized,
         *,
         receiver: str,
         digest: str | None = None,
         now: float | None = None,
     ) -> dict[str, str]:
-        """Headers that sign a request of ``body`` to the node whose address is ``receiver``."""
+        """Headers that sign a request of ``body`` to the node whose address is ``receiver``.
+
+        ``body``: its bytes, or any sized body sent in pieces (a batch) with its ``digest``."""
         timestamp = str(int(now if now is not None else time.time()))
         nonce = os.urandom(16).hex()
-        hashed = digest or body_hash(body)
+        if digest:
+            hashed = digest
+        elif isinstance(body, bytes | memoryview):
+            hashed = body_hash(body)
+        else:
+            raise TypeError("a body sent in pieces is signed by its digest")
         message = request_digest(method, path, timestamp, nonce, receiver, len(body), hashed)
         signature = self._key.sign_recoverable(message, hasher=None)
         return {

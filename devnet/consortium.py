@@ -7,25 +7,15 @@ from collections.abc import Sequence
 
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
-from eth_keys import keys
-from eth_utils import keccak, to_canonical_address
 
-from .deployment import Ledger
+from backend.identity.key import public_key_bytes as public_key  # the node's rule, as overlay_of
+from backend.ledger.deployment import Ledger
+from backend.swarm.placement import overlay_address as overlay_of  # a node's rule, not a copy of it
 
 
 def dev_account(index: int, seed: str = "defl-dev") -> LocalAccount:
     """A deterministic throwaway key for development chains only."""
     return Account.from_key(hashlib.sha256(f"{seed}:{index}".encode()).digest())
-
-
-def public_key(account: LocalAccount) -> bytes:
-    """The 64-byte uncompressed secp256k1 public key (no 0x04 prefix), as NodeRegistry takes it."""
-    return keys.PrivateKey(account.key).public_key.to_bytes()
-
-
-def overlay_of(address: str) -> bytes:
-    """A swarm overlay address derived from the chain address (keccak256 of its 20 bytes)."""
-    return keccak(to_canonical_address(address))
 
 
 def bootstrap_consortium(ledgers: Sequence[Ledger], endpoints: Sequence[str]) -> None:

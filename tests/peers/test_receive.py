@@ -10,7 +10,7 @@ import pytest
 from gunicorn.http.body import Body, LengthReader
 from gunicorn.http.unreader import SocketUnreader
 
-from backend.swarm.receive import BufferPool, read_body
+from backend.peers.receive import BufferPool, read_body
 
 
 class FakeRequest:

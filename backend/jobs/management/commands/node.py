@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from backend.identity.key import NodeKeyError, account_from_settings, create_keystore
+from backend.identity.roles import Role
 from backend.jobs.agent_command import add_run_parser, run_agent
-from backend.nodes import overview
 from backend.nodes.accounts import api_token, create_or_update_user
-from backend.nodes.identity import NodeKeyError, account_from_settings, create_keystore
 from backend.nodes.registration import register_node_on_chain, vote_admission
-from backend.nodes.roles import Role
 
 
 def _secret_from_env(variable: str, what: str) -> str:
@@ -59,7 +59,12 @@ class Command(BaseCommand):
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "run":
             return run_agent(self, **options)
-        handlers = {"init": self.init, "status": self.status, "admit": self.admit, "adduser": self.adduser}
+        handlers: dict[str, Callable[..., None]] = {
+            "init": self.init,
+            "status": self.status,
+            "admit": self.admit,
+            "adduser": self.adduser,
+        }
         handlers[subcommand](**options)
 
     # ------------------------------------------------------------------ admit
@@ -124,6 +129,10 @@ class Command(BaseCommand):
     # ------------------------------------------------------------------ status
 
     def status(self, **_options):
+        # Here, not at the top: the overview imports torch (seconds of CPU), which init, admit
+        # and adduser do not need (a local federation runs ~20 of them per start).
+        from backend.nodes import overview
+
         node = overview.node_overview()
         self.stdout.write(f"name:      {node['name']}  endpoint: {node['endpoint']}")
         self.stdout.write(f"address:   {node['address'] or '-  (' + str(node['identity_error']) + ')'}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_keys import keys
 
 
 class NodeKeyError(RuntimeError):
@@ -60,3 +61,8 @@ def node_account() -> LocalAccount:
     return account_from_settings(
         settings.DEFL_NODE_KEY, settings.DEFL_KEYSTORE_PATH, settings.DEFL_KEYSTORE_PASSWORD
     )
+
+
+def public_key_bytes(account: LocalAccount) -> bytes:
+    """The 64-byte uncompressed secp256k1 public key (no 0x04 prefix), as NodeRegistry stores it."""
+    return keys.PrivateKey(account.key).public_key.to_bytes()
