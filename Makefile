@@ -38,15 +38,16 @@ frontend/dist/index.html: $(STAMPS)/frontend-npm frontend/index.html frontend/vi
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	node contracts/compile.mjs --check
 
 test: setup lint
 	npm --prefix frontend test
-	$(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
 
 # The main job: a local federation (anvil, contracts, three node processes) training with DP.
 demo: setup
-	$(PY) -m backend.demo $(DEMO_ARGS)
+	$(PY) -m devnet.demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(STAMPS) out var
