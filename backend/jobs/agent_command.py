@@ -24,7 +24,7 @@ def add_run_parser(subparsers) -> None:
 def run_agent(command, interval: float | None = None, once: bool = False, **_options) -> None:
     from backend.jobs.context import current_node
     from backend.jobs.driver import actions, agent
-    from backend.jobs.tasks import dispatch
+    from backend.jobs.tasks import dispatch, release_orphans
 
     try:
         ctx = current_node()
@@ -57,5 +57,8 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
     from backend.swarm.repair_schedule import start_repair_schedule
 
     start_repair_schedule(stop)
-    agent.run_forever(ctx, dispatch, interval=interval, poll=poll, stop=stop, on_tick=report)
+    # In-process actions: after a tick the database failed, the claims this process no longer
+    # holds are offered again at once. With a worker, its broker-reconnect step does that.
+    recover = (lambda: release_orphans(ctx)) if eager else None
+    agent.run_forever(ctx, dispatch, interval=interval, poll=poll, stop=stop, on_tick=report, recover=recover)
     command.stdout.write("agent stopped")

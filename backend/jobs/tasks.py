@@ -54,6 +54,7 @@ def dispatch(due: Due) -> None:
         # the CPU that training and the round's next steps leave, and delays none of them (the
         # planner keeps measuring out of a committee member's process while it scores).
         ctx = current_node()
+        ctx.memory.agent.in_process.add(due)  # not an orphan while it waits here (release_orphans)
         priority.low_priority("register", REGISTER_NICE).submit(_run_in_background, ctx, due)
         return
     try:
@@ -112,7 +113,14 @@ def _run_in_background(ctx, due: Due) -> None:
         logger.exception("%s of job %s round %s failed", due.kind, due.job_id, due.round)
         requeue_when_back(ctx, due)
     finally:
+        ctx.memory.agent.in_process.discard(due)
         close_old_connections()
+
+
+def release_orphans(ctx) -> int:
+    """For an agent that runs its actions in-process, after a tick its database failed: the
+    claims this process holds no more are offered again (actions.release_orphaned_claims)."""
+    return actions.release_orphaned_claims(ctx, set(ctx.memory.agent.in_process))
 
 
 def requeue_when_back(ctx, due: Due) -> None:

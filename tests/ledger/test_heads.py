@@ -55,7 +55,9 @@ def test_a_head_in_a_binary_frame_is_read_and_the_subscription_holds():
             deadline = time.monotonic() + 90
             while heads.latest != Head(8, 1_012) and time.monotonic() < deadline:
                 heads.wait(0.5)
-            assert sent_second.is_set()
+            # The watcher can read the second frame before the handler's thread gets to set
+            # the event (a race CI lost), so wait for it rather than test it.
+            assert sent_second.wait(30)
             assert heads.subscribed, "a binary frame must not end the subscription"
             assert heads.latest == Head(8, 1_012)
         finally:

@@ -186,6 +186,34 @@ def release_lost_claims(ctx: NodeContext) -> int:
     return lost
 
 
+def release_orphaned_claims(ctx: NodeContext, in_process: set[Due]) -> int:
+    """After this process's database went away under it (a failed tick): queued or running
+    claims it no longer runs, back to waiting, so the next tick offers them at once.
+
+    Only for a node whose actions all run in this process (no broker). A claim is orphaned when
+    the database recorded it but the process never ran it to the end: an offer whose commit
+    reached the server while its reply was lost, a background action that gave up waiting for
+    the database, an outcome that could not be recorded. Left alone, each would wait out its
+    lease (ctx.action_lease_s, 600 s) while its round's deadline passed. ``in_process``: the
+    background actions this process still holds, which are not orphans.
+    """
+    keep = {(d.job_id, d.round, str(d.kind)) for d in in_process}
+    open_claims = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING))
+    orphans = [
+        pk
+        for pk, job_id, round_, kind in open_claims.values_list("pk", "job_id", "round", "kind")[:10_000]
+        if (job_id, round_, str(kind)) not in keep
+    ]
+    if not orphans:
+        return 0
+    released = RoundAction.objects.filter(pk__in=orphans, state__in=(State.QUEUED, State.RUNNING)).update(
+        state=State.WAITING, recheck_s=None, updated=timezone.now()
+    )
+    if released:
+        logger.warning("%d claim(s) left open when the database went away: offered again", released)
+    return released
+
+
 def settle_closed_releases(ctx: NodeContext, job_id: int) -> None:
     """Settle this node's privacy reservations in the job's rounds that the chain has closed.
 

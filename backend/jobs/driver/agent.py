@@ -125,6 +125,7 @@ def run_forever(
     stop: threading.Event | None = None,
     on_tick: Callable[[list[Due]], None] | None = None,
     subscribe: bool = True,
+    recover: Callable[[], object] | None = None,
 ) -> None:
     """Tick whenever the chain has a new block, and at least every ``interval`` s.
 
@@ -143,6 +144,7 @@ def run_forever(
     heads = HeadWatcher(ctx.ledger.client, poll=poll, subscribe=subscribe)
     gate = PlanGate(interval)
     last_tick = float("-inf")
+    failed = False  # the last tick failed: ``recover`` runs before the next one
     try:
         while not stop.is_set():
             due_in = last_tick + interval - time.monotonic()
@@ -154,11 +156,15 @@ def run_forever(
                 # connection the database server closed (restarted), ping the others before use.
                 if not connection.in_atomic_block:
                     close_old_connections()
+                if failed and recover is not None:
+                    recover()  # raises while the database is still away: tried again next time
+                failed = False
                 offered = tick(ctx, dispatch, heads.latest, gate)
                 if on_tick:
                     on_tick(offered)
             except Exception:  # the chain or the database is briefly away: keep the node alive
                 logger.exception("agent tick failed")
+                failed = True
                 stop.wait(interval)
     finally:
         heads.close()

@@ -81,6 +81,10 @@ class AgentMemory(_Record):
     discovery_attempts: dict[int, float] = field(default_factory=dict)  # job id -> monotonic time
     declined: dict[int, str] = field(default_factory=dict)  # job id -> why this node declined its config
     warmed: set[int] = field(default_factory=set)  # job ids whose first round this process prepared
+    # Background actions (register, measure) handed to this process's own thread and not ended:
+    # not orphans when a failed tick releases the claims left open (tasks.release_orphans).
+    # Added by the agent's thread, discarded by the background one: single set operations.
+    in_process: set[object] = field(default_factory=set)
 
 
 @dataclass
