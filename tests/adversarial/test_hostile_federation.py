@@ -457,7 +457,12 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
         "committee_size": 1,
         "top_k": 2,
         "min_trainers": 2,
-        "round_timeout_s": 600,
+        # A round whose only seat is mallory's (the draw seats it one time in four) ends at its
+        # commit deadline: the training period plus half the scoring period after it opened.
+        # With 600 + 300 s that was 750 s of a CI run (1050 s of setup); 240 + 90 s leaves honest
+        # training under a loaded machine minutes, and costs a silent seat 285 s.
+        "round_timeout_s": 240,
+        "score_timeout_s": 90,
     }
     job = federation.create_job(honest[0], payload)
     job_id = int(job["id"])
