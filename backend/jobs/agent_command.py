@@ -57,8 +57,9 @@ def run_agent(command, interval: float | None = None, once: bool = False, **_opt
     from backend.swarm.repair_schedule import start_repair_schedule
 
     start_repair_schedule(stop)
-    # In-process actions: after a tick the database failed, the claims this process no longer
-    # holds are offered again at once. With a worker, its broker-reconnect step does that.
-    recover = (lambda: release_orphans(ctx)) if eager else None
+    # In-process actions: the claims this process no longer holds are offered again, at once
+    # after a tick the database failed, else by a periodic sweep. With a worker, its
+    # broker-reconnect step and the claims' leases do that.
+    recover = (lambda after_failure: release_orphans(ctx, after_failure)) if eager else None
     agent.run_forever(ctx, dispatch, interval=interval, poll=poll, stop=stop, on_tick=report, recover=recover)
     command.stdout.write("agent stopped")

@@ -117,10 +117,15 @@ def _run_in_background(ctx, due: Due) -> None:
         close_old_connections()
 
 
-def release_orphans(ctx) -> int:
-    """For an agent that runs its actions in-process, after a tick its database failed: the
-    claims this process holds no more are offered again (actions.release_orphaned_claims)."""
-    return actions.release_orphaned_claims(ctx, set(ctx.memory.agent.in_process))
+ORPHAN_AGE_S = 60.0  # the periodic sweep's margin: a claim untouched this long
+
+
+def release_orphans(ctx, after_failure: bool) -> int:
+    """For an agent that runs its actions in-process: the claims this process holds no more are
+    offered again (actions.release_orphaned_claims). After a tick its database failed, at once;
+    otherwise (the periodic sweep, for a loss no tick saw) those untouched for ORPHAN_AGE_S."""
+    older_than = 0.0 if after_failure else ORPHAN_AGE_S
+    return actions.release_orphaned_claims(ctx, set(ctx.memory.agent.in_process), older_than)
 
 
 def requeue_when_back(ctx, due: Due) -> None:

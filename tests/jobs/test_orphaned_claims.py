@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from django.utils import timezone
 
 from backend.jobs.driver import actions, agent
 from backend.jobs.driver.planner import Due
@@ -46,7 +48,18 @@ def test_open_claims_not_held_in_process_go_back_to_waiting():
     assert actions.offer(SimpleNamespace(address=ME, action_lease_s=600.0), Due(3, 2, Kind.REGISTER))
 
 
-def test_the_agent_recovers_after_a_failed_tick_and_only_then(monkeypatch):
+@pytest.mark.django_db
+def test_the_periodic_sweep_leaves_claims_touched_lately():
+    fresh = RoundAction.objects.create(node=ME, job_id=4, round=1, kind=Kind.SCORE, state=State.QUEUED)
+    stale = RoundAction.objects.create(node=ME, job_id=4, round=1, kind=Kind.TRAIN, state=State.RUNNING)
+    RoundAction.objects.filter(pk=stale.pk).update(updated=timezone.now() - timedelta(seconds=120))
+
+    assert actions.release_orphaned_claims(SimpleNamespace(address=ME), set(), older_than_s=60) == 1
+    assert RoundAction.objects.get(pk=fresh.pk).state == State.QUEUED
+    assert RoundAction.objects.get(pk=stale.pk).state == State.WAITING
+
+
+def test_the_agent_recovers_after_a_failed_tick_and_sweeps_now_and_then(monkeypatch):
     head = {"n": 1}
     calls: list[str] = []
     ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
@@ -59,13 +72,14 @@ def test_the_agent_recovers_after_a_failed_tick_and_only_then(monkeypatch):
 
     recoveries = {"n": 0}
 
-    def recover():
+    def recover(after_failure):
         recoveries["n"] += 1
-        calls.append("recover")
+        calls.append(f"recover({after_failure})")
         if recoveries["n"] == 1:
             raise ConnectionError("still away")  # the failed recovery is tried again next tick
 
     monkeypatch.setattr(agent, "tick", tick)
+    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 3600.0)  # no periodic sweep in this part
     stop = threading.Event()
     thread = threading.Thread(
         target=agent.run_forever,
@@ -81,5 +95,24 @@ def test_the_agent_recovers_after_a_failed_tick_and_only_then(monkeypatch):
         stop.set()
         thread.join(5)
     # tick, tick (fails), recover (fails), recover, tick, tick, ...: recovery only after a failure.
-    assert calls[:5] == ["tick", "tick", "recover", "recover", "tick"]
-    assert calls.count("recover") == 2
+    assert calls[:5] == ["tick", "tick", "recover(True)", "recover(True)", "tick"]
+    assert calls.count("recover(True)") == 2 and "recover(False)" not in calls
+
+    # With the sweep due every tick, each tick is preceded by a sweep (no failure: False).
+    calls.clear()
+    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 0.0)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=agent.run_forever,
+        args=(ctx, lambda _due: None),
+        kwargs={"interval": 0.01, "poll": 0.005, "stop": stop, "recover": recover},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while calls.count("tick") < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert calls[:4] == ["recover(False)", "tick", "recover(False)", "tick"]

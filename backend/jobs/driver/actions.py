@@ -186,19 +186,23 @@ def release_lost_claims(ctx: NodeContext) -> int:
     return lost
 
 
-def release_orphaned_claims(ctx: NodeContext, in_process: set[Due]) -> int:
-    """After this process's database went away under it (a failed tick): queued or running
-    claims it no longer runs, back to waiting, so the next tick offers them at once.
+def release_orphaned_claims(ctx: NodeContext, in_process: set[Due], older_than_s: float = 0.0) -> int:
+    """Queued or running claims this process no longer runs, back to waiting, so the next tick
+    offers them at once. Called between ticks, when no action runs on the agent's thread.
 
-    Only for a node whose actions all run in this process (no broker). A claim is orphaned when
-    the database recorded it but the process never ran it to the end: an offer whose commit
-    reached the server while its reply was lost, a background action that gave up waiting for
-    the database, an outcome that could not be recorded. Left alone, each would wait out its
-    lease (ctx.action_lease_s, 600 s) while its round's deadline passed. ``in_process``: the
-    background actions this process still holds, which are not orphans.
+    Only for a node whose actions all run in this process (no broker): there, an action runs on
+    the agent's thread within the tick that offered it, or on the background thread, whose
+    actions are ``in_process``; any other open claim is orphaned. One is left when the database
+    recorded a claim but the process never ran it to the end: an offer whose commit reached the
+    server while its reply was lost, a background action that gave up waiting for the database,
+    an outcome that could not be recorded. Left alone, each would wait out its lease
+    (ctx.action_lease_s, 600 s) while its round's deadline passed. ``older_than_s``: only claims
+    not touched for that long (the periodic sweep's margin).
     """
     keep = {(d.job_id, d.round, str(d.kind)) for d in in_process}
     open_claims = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING))
+    if older_than_s > 0:
+        open_claims = open_claims.filter(updated__lt=timezone.now() - timedelta(seconds=older_than_s))
     orphans = [
         pk
         for pk, job_id, round_, kind in open_claims.values_list("pk", "job_id", "round", "kind")[:10_000]

@@ -39,6 +39,11 @@ LIFECYCLE_EVENTS = {
 }
 
 
+# How often an agent with a ``recover`` step runs it without a failed tick (a sweep for claims
+# left open by a loss no tick saw; see tasks.release_orphans).
+RECOVER_EVERY_S = 30.0
+
+
 class PlanGate:
     """Whether a tick needs to plan: only the jobs contract's events (or time) change what is due.
 
@@ -125,7 +130,7 @@ def run_forever(
     stop: threading.Event | None = None,
     on_tick: Callable[[list[Due]], None] | None = None,
     subscribe: bool = True,
-    recover: Callable[[], object] | None = None,
+    recover: Callable[[bool], object] | None = None,
 ) -> None:
     """Tick whenever the chain has a new block, and at least every ``interval`` s.
 
@@ -144,7 +149,8 @@ def run_forever(
     heads = HeadWatcher(ctx.ledger.client, poll=poll, subscribe=subscribe)
     gate = PlanGate(interval)
     last_tick = float("-inf")
-    failed = False  # the last tick failed: ``recover`` runs before the next one
+    failed = False  # the last tick failed: ``recover(True)`` runs before the next one
+    swept = time.monotonic()  # ``recover(False)`` runs every RECOVER_EVERY_S too
     try:
         while not stop.is_set():
             due_in = last_tick + interval - time.monotonic()
@@ -156,8 +162,9 @@ def run_forever(
                 # connection the database server closed (restarted), ping the others before use.
                 if not connection.in_atomic_block:
                     close_old_connections()
-                if failed and recover is not None:
-                    recover()  # raises while the database is still away: tried again next time
+                if recover is not None and (failed or time.monotonic() - swept >= RECOVER_EVERY_S):
+                    recover(failed)  # raises while the database is still away: tried again next time
+                    swept = time.monotonic()
                 failed = False
                 offered = tick(ctx, dispatch, heads.latest, gate)
                 if on_tick:
