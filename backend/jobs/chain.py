@@ -108,6 +108,14 @@ def reveal_scores(
         return ctx.ledger.fl.reveal_scores(job_id, round_, scores, base_score, salt)
 
 
+def commit_and_reveal_scores(
+    ctx: NodeContext, job_id: int, round_: int, scores: dict[str, int], base_score: int
+) -> TxReceipt:
+    """The last member's commitment and its reveal in one transaction."""
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.commit_and_reveal_scores(job_id, round_, scores, base_score)
+
+
 def finalize(ctx: NodeContext, job_id: int, round_: int) -> TxReceipt:
     with part(CHAIN_TX):
         return ctx.ledger.fl.finalize_round(job_id, round_)

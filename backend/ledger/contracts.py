@@ -242,6 +242,22 @@ class FederatedLearning(ContractBase):
         )
         return self.client.transact(call, extra_gas=finalize_headroom(len(trainers)))
 
+    def commit_and_reveal_scores(
+        self, job_id: int, round_: int, scores: dict[str, int], base_score: int
+    ) -> TxReceipt:
+        """The commitment that completes the committee's set, and its reveal, in one transaction
+        (every other member is bound already); RevealNotOpen while another commitment is due."""
+        trainers = list(scores)
+        call = self.encode(
+            "commitAndRevealScores",
+            job_id,
+            round_,
+            _addresses(trainers),
+            [scores[t] for t in trainers],
+            base_score,
+        )
+        return self.client.transact(call, extra_gas=finalize_headroom(len(trainers)))
+
     def finalize_round(self, job_id: int, round_: int) -> TxReceipt:
         return self._transact("finalizeRound", job_id, round_)
 

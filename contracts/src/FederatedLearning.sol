@@ -410,7 +410,33 @@ contract FederatedLearning {
     /// salt (see `revealScores`). Due by the commit deadline: half the score period after the update
     /// deadline (`commitDeadline`), once scoring is open (every update in, or the update deadline).
     function commitScores(uint256 jobId, uint16 round, bytes32 commitment) external {
+        if (commitment == bytes32(0)) revert InvalidUpdate("commitment");
+        _commit(jobId, _training(jobId, round), round, commitment);
+        _commitments[jobId][msg.sender] = commitment;
+    }
+
+    /// @notice The commitment that completes the committee's set and its reveal, in one
+    /// transaction: once every other member is bound to its scores, a separate commitment hides
+    /// nothing, so the last member to commit (a committee of one: its only member) saves a
+    /// transaction. The same checks and events as `commitScores` then `revealScores` (the
+    /// commitment in ScoresCommitted is that of a zero salt); reverts RevealNotOpen while another
+    /// member's commitment is still due.
+    function commitAndRevealScores(
+        uint256 jobId,
+        uint16 round,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore
+    ) external {
         Job storage job = _training(jobId, round);
+        if (job.commitCount + 1 < job.committeeSize) revert RevealNotOpen(jobId);
+        bytes32 commitment = keccak256(abi.encode(jobId, round, msg.sender, trainers, scores, baseScore, bytes32(0)));
+        _commit(jobId, job, round, commitment);
+        _reveal(jobId, job, round, trainers, scores, baseScore, false);
+    }
+
+    /// A member's commitment to its scores: scoring open, by the commit deadline, once a round.
+    function _commit(uint256 jobId, Job storage job, uint16 round, bytes32 commitment) private {
         uint64 current = _now(job);
         if (job.updateCount < job.participantCount - job.committeeSize && current <= job.updateDeadline) {
             revert ScoringNotOpen(jobId);
@@ -421,9 +447,7 @@ contract FederatedLearning {
         Participant storage member = _participants[jobId][msg.sender];
         if (!member.joined || member.committeeRound != round) revert NotCommitteeMember(msg.sender);
         if (member.commitRound == round) revert DuplicateScores(msg.sender);
-        if (commitment == bytes32(0)) revert InvalidUpdate("commitment");
         member.commitRound = round;
-        _commitments[jobId][msg.sender] = commitment;
         job.commitCount += 1;
         emit ScoresCommitted(jobId, round, msg.sender, commitment);
     }
@@ -452,6 +476,21 @@ contract FederatedLearning {
         bool commitsClosed = current > _commitDeadline(job);
         if (job.commitCount < job.committeeSize && !commitsClosed) revert RevealNotOpen(jobId);
         _checkReveal(jobId, round, trainers, scores, baseScore, salt);
+        _reveal(jobId, job, round, trainers, scores, baseScore, commitsClosed);
+    }
+
+    /// A committed member's scores stored and announced; the reveal that completes the set
+    /// (the whole committee, or after the commit deadline every member that committed) finalizes.
+    function _reveal(
+        uint256 jobId,
+        Job storage job,
+        uint16 round,
+        address[] calldata trainers,
+        uint16[] calldata scores,
+        uint16 baseScore,
+        bool commitsClosed
+    ) private {
+        Participant storage member = _participants[jobId][msg.sender];
         _storeReveal(jobId, round, member.seat, trainers, scores, baseScore);
         member.scoreRound = round;
         uint8 scored = job.scoreCount + 1;

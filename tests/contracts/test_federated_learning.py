@@ -205,6 +205,55 @@ def test_commit_reveal_rules(fed):
     assert receipt.event("RoundFinalized").args["accepted"] == [t0, t1]
 
 
+def test_the_last_commitment_is_revealed_in_the_same_transaction(fed):
+    """commitAndRevealScores: only the commitment that completes the set may carry its reveal
+    (before, a reveal would show scores to members still free to choose theirs); it counts as
+    both, and the reveal that completes the scores finalizes the round as usual."""
+    job, committee, trainers = fed.running_job(participants=7, committee_size=3)
+    _train(fed, job, 1, trainers)
+    scores = {fed.address(t): 7000 + t for t in trainers}
+    fl = [fed.member(m).fl for m in committee]
+    with pytest.raises(errors.RevealNotOpen):  # two commitments still due
+        fl[2].commit_and_reveal_scores(job, 1, scores, 5000)
+    fl[0].commit_scores(job, 1, scores, 5000, salt(0))
+    with pytest.raises(errors.RevealNotOpen):  # one still due
+        fl[2].commit_and_reveal_scores(job, 1, scores, 5000)
+    fl[1].commit_scores(job, 1, scores, 5000, salt(1))
+    with pytest.raises(errors.DuplicateScores):  # a committed member reveals with its salt instead
+        fl[1].commit_and_reveal_scores(job, 1, scores, 5000)
+    with pytest.raises(errors.NotCommitteeMember):
+        fed.member(trainers[0]).fl.commit_and_reveal_scores(job, 1, scores, 5000)
+    both = fl[2].commit_and_reveal_scores(job, 1, scores, 5000)
+    assert both.event("ScoresCommitted").args["member"] == fed.address(committee[2])
+    assert both.event("ScoresSubmitted").args["scores"] == list(scores.values())
+    assert "RoundFinalized" not in {e.name for e in both.events}  # two reveals still due
+    state = fed.member(0).fl.get_job(job)
+    assert (state.commit_count, state.score_count) == (3, 1)
+    with pytest.raises(errors.DuplicateScores):
+        fl[2].commit_and_reveal_scores(job, 1, scores, 5000)
+    fl[0].reveal_scores(job, 1, scores, 5000, salt(0))
+    last = fl[1].reveal_scores(job, 1, scores, 5000, salt(1))
+    assert last.event("RoundFinalized").args["round"] == 1
+
+
+def test_a_committee_of_one_scores_in_one_transaction(fed):
+    job, committee, trainers = fed.running_job(participants=4, committee_size=1, top_k=2)
+    _train(fed, job, 1, trainers)
+    (member,) = committee
+    receipt = fed.member(member).fl.commit_and_reveal_scores(
+        job, 1, {fed.address(t): 9000 for t in trainers}, 5000
+    )
+    assert {"ScoresCommitted", "ScoresSubmitted", "RoundFinalized"} <= {e.name for e in receipt.events}
+
+
+def test_the_combined_commitment_keeps_the_commit_deadline(fed):
+    job, committee, trainers = fed.running_job(participants=4, committee_size=1, top_k=2)
+    _train(fed, job, 1, trainers)
+    fed.advance(600 + 301)  # past the update deadline and half the score period
+    with pytest.raises(errors.DeadlinePassed):
+        fed.member(committee[0]).fl.commit_and_reveal_scores(job, 1, {fed.address(trainers[0]): 1}, 0)
+
+
 def test_commit_deadline_makes_a_silent_member_absent(fed):
     """A member that does not commit by the commit deadline is absent: the others reveal after the
     deadline, and the last of them finalizes the round without waiting for the score deadline."""

@@ -45,6 +45,7 @@ ONCE_PER_ROUND = {
     "submitUpdate",
     "commitScores",
     "revealScores",
+    "commitAndRevealScores",
     "skipAggregation",
     "finalizeRound",
     "proposeGlobalModel",

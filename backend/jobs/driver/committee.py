@@ -174,8 +174,17 @@ def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, 
     me = chain.participant(ctx, job.job_id)
     now = chain.contract_now(ctx, on_chain)
     commit_deadline = on_chain.score_deadline - on_chain.score_period // 2
+    dataset = state.my_dataset(job, ctx.address)
     if me.commit_round != round_:
         try:
+            if on_chain.commit_count + 1 >= on_chain.committee_size:
+                # Every other member is bound already (a committee of one: there is none), so
+                # a separate commitment would hide nothing: commit and reveal in one transaction.
+                receipt = chain.commit_and_reveal_scores(
+                    ctx, job.job_id, round_, scores, committed.base_score
+                )
+                round_privacy.released(dataset, job.job_id, round_, "score_count")
+                return _revealed(scores, receipt)
             receipt = chain.commit_scores(ctx, job.job_id, round_, scores, committed.base_score, salt)
         except ledger_errors.ScoringNotOpen:
             return Outcome(False, "scoring is not open yet (updates still due)")
@@ -186,12 +195,11 @@ def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, 
             return Outcome(
                 False, "committed to the scores; revealing once every member committed", receipt.tx_hash
             )
-        # the last commitment: reveal at once (a committee of one loses no tick to commit-reveal)
+        # the last commitment after all (another member committed meanwhile): reveal at once
     elif me.score_round == round_:
         return Outcome(True, "scores already revealed")
     if on_chain.commit_count < on_chain.committee_size and now <= commit_deadline:
         return Outcome(False, f"waiting for {on_chain.committee_size - on_chain.commit_count} commitments")
-    dataset = state.my_dataset(job, ctx.address)
     try:
         receipt = chain.reveal_scores(ctx, job.job_id, round_, scores, committed.base_score, salt)
     except ledger_errors.RevealNotOpen:
@@ -202,6 +210,11 @@ def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, 
     except ledger_errors.DeadlinePassed:
         return Outcome(True, "the score deadline passed before the reveal: this member is absent")
     round_privacy.released(dataset, job.job_id, round_, "score_count")
+    return _revealed(scores, receipt)
+
+
+def _revealed(scores: dict[str, int], receipt) -> Outcome:
+    """The outcome of the transaction that revealed this member's scores."""
     detail = f"revealed {len(scores)} scores"
     events = {e.name: e for e in receipt.events}
     if "RoundFinalized" in events:  # this reveal completed the set
