@@ -19,8 +19,12 @@ awaited before the scores go on chain, and marked released when they do.
 
 from __future__ import annotations
 
+import copy
+import os
 import secrets
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -53,6 +57,10 @@ KEY_WAIT_S = 60
 # submit, while the agent's next tick may be a whole interval away (no block comes meanwhile).
 KEY_ASK_S = 3.0
 KEY_ASK_PAUSE_S = 0.2
+# The updates read in one pass are scored on up to this many threads, each on its own copy of
+# the scratch module: torch's kernels release the interpreter lock, and once the last update is
+# in the trainers are idle until the round finalizes, so the cores are the committee's.
+SCORE_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 def key_deadline(on_chain, training_seen_over: int | None = None) -> int:
@@ -136,7 +144,7 @@ def score_round(
     if key in memory.score_spends:  # the chain records the scores' cost before it sees them
         with timing.part(timing.PRIVACY):
             round_privacy.await_spend(claim, memory.score_spends[key])
-    committed, _ = mirror.ScoreCommitment.objects.get_or_create(
+    committed, created = mirror.ScoreCommitment.objects.get_or_create(
         node=ctx.address,
         job_id=job.job_id,
         round=round_,
@@ -148,7 +156,9 @@ def score_round(
     )
     memory.scored.pop(key, None)
     memory.score_spends.pop(key, None)
-    return _commit_or_reveal(ctx, job, round_, on_chain, committed)
+    # A row created just now was never committed (the row is written before the commitment is
+    # sent): the contract need not be asked, and the clock read above still serves.
+    return _commit_or_reveal(ctx, job, round_, on_chain, committed, now=now if created else None)
 
 
 def _gather_keys(
@@ -167,15 +177,24 @@ def _gather_keys(
         time.sleep(KEY_ASK_PAUSE_S)
 
 
-def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, committed) -> Outcome:
-    """Send the commitment if it is not on chain yet, else the reveal once reveals are open."""
+def _commit_or_reveal(
+    ctx: NodeContext, job: mirror.Job, round_: int, on_chain, committed, *, now: int | None = None
+) -> Outcome:
+    """Send the commitment if it is not on chain yet, else the reveal once reveals are open.
+
+    ``now``: the contract's clock, read by the caller for a commitment it has just created (so
+    neither sent nor revealed); None asks the contract what this member sent."""
     scores = {trainer: int(score) for trainer, score in committed.scores}
     salt = bytes.fromhex(committed.salt.removeprefix("0x"))
-    me = chain.participant(ctx, job.job_id)
-    now = chain.contract_now(ctx, on_chain)
+    commit_round: int | None = None  # the round this member last committed and revealed in
+    score_round: int | None = None
+    if now is None:
+        me = chain.participant(ctx, job.job_id)
+        now = chain.contract_now(ctx, on_chain)
+        commit_round, score_round = me.commit_round, me.score_round
     commit_deadline = on_chain.score_deadline - on_chain.score_period // 2
     dataset = state.my_dataset(job, ctx.address)
-    if me.commit_round != round_:
+    if commit_round != round_:
         try:
             if on_chain.commit_count + 1 >= on_chain.committee_size:
                 # Every other member is bound already (a committee of one: there is none), so
@@ -196,7 +215,7 @@ def _commit_or_reveal(ctx: NodeContext, job: mirror.Job, round_: int, on_chain, 
                 False, "committed to the scores; revealing once every member committed", receipt.tx_hash
             )
         # the last commitment after all (another member committed meanwhile): reveal at once
-    elif me.score_round == round_:
+    elif score_round == round_:
         return Outcome(True, "scores already revealed")
     if on_chain.commit_count < on_chain.committee_size and now <= commit_deadline:
         return Outcome(False, f"waiting for {on_chain.committee_size - on_chain.commit_count} commitments")
@@ -273,21 +292,20 @@ def _score_new(
             return None
         return update if within_norm_bound(update, config.norm_bound or None) else None
 
-    def score(update) -> int:
+    def score(update, model: torch.nn.Module = scratch) -> int:
         if config.norm_bound and isinstance(update, bytes):
             update = decoded(update)
             if update is None:
                 return 0
-        with timing.part(timing.SCORE):
-            return score_update_int(
-                scratch,
-                global_state,
-                update,
-                x_val,
-                y_val,
-                metric=config.score_metric,
-                noise_multiplier=plan.score_noise_multiplier,
-            )
+        return score_update_int(
+            model,
+            global_state,
+            update,
+            x_val,
+            y_val,
+            metric=config.score_metric,
+            noise_multiplier=plan.score_noise_multiplier,
+        )
 
     if config.robust:
         # Read now (the decoded update, None if unusable), scored together once all are read: the
@@ -305,9 +323,11 @@ def _score_new(
     if BASE not in known:
         # The unchanged global model, scored like an update (a zero one) in the same release:
         # the contract accepts only updates whose median beats the base median by the margin.
-        known[BASE] = score(
-            {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
-        )
+        with timing.part(timing.SCORE):
+            known[BASE] = score(
+                {name: torch.zeros_like(t) for name, t in global_state.items() if t.is_floating_point()}
+            )
+    read: list[tuple[tuple[str, str], bytes]] = []
     for update in new:
         key = (update.trainer, update.content_hash)
         try:
@@ -317,7 +337,32 @@ def _score_new(
         except (blobs.BlobMismatch, SwarmError, ValueError):
             known[key] = 0  # unavailable or altered: nobody can aggregate it either
             continue
-        known[key] = score(blob)
+        read.append((key, blob))
+    with timing.part(timing.SCORE):
+        scores = score_each([blob for _, blob in read], score, scratch)
+    known.update(zip([key for key, _ in read], scores, strict=True))
+
+
+def score_each(
+    items: Sequence, score: Callable[[object, torch.nn.Module], int], scratch: torch.nn.Module
+) -> list[int]:
+    """``score(item, model)`` of every item, in order, on up to SCORE_THREADS threads: each thread
+    scores its share on its own module (``scratch``, or a copy of it: a module is loaded with
+    the weights it scores). Every score draws its own noise, so the threads share no state."""
+    threads = min(SCORE_THREADS, len(items))
+    if threads <= 1:
+        return [score(item, scratch) for item in items]
+    models = [scratch] + [copy.deepcopy(scratch) for _ in range(threads - 1)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="score") as pool:
+        shares = [
+            pool.submit(lambda m, part: [score(i, m) for i in part], models[t], items[t::threads])
+            for t in range(threads)
+        ]
+        results = [share.result() for share in shares]
+    ordered: list[int] = [0] * len(items)
+    for t, part in enumerate(results):
+        ordered[t::threads] = part
+    return ordered
 
 
 def _robust_scores(ctx: NodeContext, job, config: JobConfig, round_: int, read: dict, dataset) -> dict:
