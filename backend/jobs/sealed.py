@@ -248,13 +248,54 @@ def training_over(on_chain, round_: int, now: int) -> bool:
 
 
 def released(ctx: NodeContext, job_id: int, round_: int) -> bool:
-    """Whether this node may hand out round ``round_``'s keys now (the contract, read now).
+    """Whether this node may hand out round ``round_``'s keys now.
 
-    By block number, "past the deadline" means a block past it is mined, so no submit can land
-    at or before it. By time, the contract compares the NEXT block's timestamp, which is the
-    producer's clock: ``RELEASE_SLACK_S`` of clock skew is allowed for before a key goes out.
+    Once true, true for good (a round never goes back to training): remembered by the node. Else
+    this node's mirror of the chain, when it shows the training over by the job's state alone,
+    and otherwise the contract, read now. The committee and the aggregator ask every trainer at
+    the moment the last update lands, each answer on the round's critical path: the mirror
+    answers them without two chain reads each.
     """
+    memory = ctx.memory.sealed
+    with memory.lock:
+        if (job_id, round_) in memory.released:
+            return True
+    if not (_over_in_mirror(job_id, round_) or _over_on_chain(ctx, job_id, round_)):
+        return False
+    with memory.lock:
+        if len(memory.released) >= MAX_OFFERS:  # bounded: old rounds are asked about no more
+            memory.released.clear()
+        memory.released.add((job_id, round_))
+    return True
+
+
+def _over_in_mirror(job_id: int, round_: int) -> bool:
+    """Whether the mirror shows round ``round_``'s training over by the job's state: a later round,
+    the round out of training, the job ended, or every trainer's update in. The mirror holds only
+    the contract's own events, so it can lag the chain but never lead it; the deadline by the
+    clock is left to the contract (``_over_on_chain``)."""
+    job = mirror.Job.objects.filter(job_id=job_id).first()
+    if job is None or job.current_round < round_:
+        return False
+    if job.current_round > round_ or job.status != mirror.Job.Status.RUNNING:
+        return True
+    status = job.rounds_set.filter(number=round_).values_list("status", flat=True).first()
+    if status is None:
+        return False
+    if status != mirror.Round.Status.TRAINING:
+        return True
+    trainers = job.participants.count() - job.committee_size
+    return trainers > 0 and job.updates.filter(round=round_).count() >= trainers
+
+
+def _over_on_chain(ctx: NodeContext, job_id: int, round_: int) -> bool:
+    """The contract, read now. By block number, "past the deadline" means a block past it is mined,
+    so no submit can land at or before it. By time, the contract compares the NEXT block's
+    timestamp, which is the producer's clock: ``RELEASE_SLACK_S`` of clock skew is allowed for
+    before a key goes out. The clock is read only when the job's state leaves it open."""
     on_chain = chain.job_state(ctx, job_id)
+    if training_over(on_chain, round_, 0):  # over by the state alone: no deadline needed
+        return True
     now = chain.contract_now(ctx, on_chain)
     return training_over(on_chain, round_, now if on_chain.use_blocks else now - RELEASE_SLACK_S)
 

@@ -114,6 +114,7 @@ class SealedMemory(_Record):
     down: dict[str, float] = field(default_factory=dict)  # holder -> monotonic time it is asked again
     # (job, round, trainer, reference, content hash) -> a key offered, unchecked (bounded: MAX_OFFERS)
     offers: dict[tuple, bytes] = field(default_factory=dict)
+    released: set[tuple[int, int]] = field(default_factory=set)  # (job, round) whose keys may go out
     lock: threading.Lock = _lock()
 
 

@@ -1,0 +1,115 @@
+"""When a trainer's node may hand out its update's key: the mirror first, the contract otherwise.
+
+A key request from the committee (and every aggregator) arrives the moment the last update lands,
+and each answer is on the round's critical path. The node decides from its mirror of the chain
+when that already shows the training over by the job's state; only otherwise does it read the
+contract (state, then the clock for the deadline). A decision to release is remembered.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from backend.jobs import chain, sealed
+from backend.jobs.driver.memory import DriverMemory
+from backend.ledger import models as mirror
+
+pytestmark = pytest.mark.django_db
+
+NODES = [f"0x{i:040x}" for i in range(1, 5)]  # node 0 is round 2's committee, 1-3 train
+FAR = 10**12
+
+
+def a_job(status=mirror.Job.Status.RUNNING, round_status=mirror.Round.Status.TRAINING) -> mirror.Job:
+    job = mirror.Job.objects.create(
+        job_id=7, proposer=NODES[0], config_hash="0x1", initial_model_ref="0x2", initial_model_hash="0x3",
+        rounds=5, committee_size=1, top_k=3, min_trainers=3, join_deadline=0, train_period=60,
+        score_period=60, status=status, current_round=2, proposed_block=1,
+    )  # fmt: skip
+    for i, node in enumerate(NODES):
+        job.participants.create(node=node, dataset_id=i, index=i)
+    job.rounds_set.create(
+        number=2, status=round_status, base_model_hash="0x4", update_deadline=FAR, score_deadline=FAR,
+        opened_block=2,
+    )  # fmt: skip
+    return job
+
+
+def submit(job: mirror.Job, trainers) -> None:
+    for i, trainer in enumerate(trainers):
+        job.updates.create(
+            round=2, trainer=trainer, index=i, reference="0x6", content_hash=f"0x{i}", samples=9
+        )
+
+
+def test_the_mirror_shows_the_training_over_only_with_every_trainers_update_in():
+    job = a_job()
+    submit(job, NODES[1:3])
+    assert not sealed._over_in_mirror(7, 2)  # two of the three trainers
+    submit_last = job.updates.create(
+        round=2, trainer=NODES[3], index=2, reference="0x6", content_hash="0x9", samples=9
+    )
+    assert submit_last and sealed._over_in_mirror(7, 2)
+    assert sealed._over_in_mirror(7, 1)  # an earlier round
+    assert not sealed._over_in_mirror(7, 3)  # a round not open yet
+    assert not sealed._over_in_mirror(8, 2)  # a job this mirror does not know
+
+
+@pytest.mark.parametrize(
+    ("status", "round_status"),
+    [
+        (mirror.Job.Status.RUNNING, mirror.Round.Status.AGGREGATING),
+        (mirror.Job.Status.FINISHED, mirror.Round.Status.TRAINING),
+    ],
+)
+def test_a_round_out_of_training_or_an_ended_job_releases(status, round_status):
+    a_job(status=status, round_status=round_status)
+    assert sealed._over_in_mirror(7, 2)
+
+
+class Contract:
+    """The contract as ``released`` reads it: the job's state, and the clock when it must."""
+
+    def __init__(self, update_count: int, now: int) -> None:
+        self.state = SimpleNamespace(
+            round=2, status=chain.JobStatus.RUNNING, phase=chain.RoundPhase.TRAINING, participant_count=4,
+            committee_size=1, update_count=update_count, update_deadline=1_000, use_blocks=False,
+        )  # fmt: skip
+        self.now, self.reads = now, []
+
+    def install(self, monkeypatch) -> None:
+        monkeypatch.setattr(chain, "job_state", lambda _ctx, _job: self.reads.append("state") or self.state)
+        monkeypatch.setattr(chain, "contract_now", lambda _ctx, _job: self.reads.append("clock") or self.now)
+
+
+def test_a_lagging_mirror_leaves_the_decision_to_the_contract_and_a_release_is_remembered(monkeypatch):
+    job = a_job()
+    submit(job, NODES[1:3])  # the mirror lags: the last update is on chain only
+    contract = Contract(update_count=3, now=0)
+    contract.install(monkeypatch)
+    ctx = SimpleNamespace(memory=DriverMemory())
+    assert sealed.released(ctx, 7, 2)
+    assert contract.reads == ["state"]  # over by the state alone: no clock read
+    assert sealed.released(ctx, 7, 2) and contract.reads == ["state"]  # remembered
+
+
+def test_still_training_on_chain_is_refused_until_the_deadline_passes(monkeypatch):
+    a_job()
+    contract = Contract(update_count=1, now=1_000)
+    contract.install(monkeypatch)
+    ctx = SimpleNamespace(memory=DriverMemory())
+    assert not sealed.released(ctx, 7, 2)
+    assert contract.reads == ["state", "clock"]
+    contract.now = 1_000 + sealed.RELEASE_SLACK_S + 1  # past the deadline by more than the slack
+    assert sealed.released(ctx, 7, 2)
+
+
+def test_a_mirror_that_shows_it_over_reads_nothing_from_the_chain(monkeypatch):
+    job = a_job()
+    submit(job, NODES[1:4])
+    contract = Contract(update_count=0, now=0)
+    contract.install(monkeypatch)
+    assert sealed.released(SimpleNamespace(memory=DriverMemory()), 7, 2)
+    assert contract.reads == []
