@@ -36,7 +36,9 @@ def test_concurrent_scores_equal_one_by_one(monkeypatch):
     model = create_model("cnn", input_shape=(1, 28, 28), num_classes=10)
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     updates = [
-        encode_update({k: torch.randn_like(v) * 0.05 for k, v in global_state.items() if v.is_floating_point()})
+        encode_update(
+            {k: torch.randn_like(v) * 0.05 for k, v in global_state.items() if v.is_floating_point()}
+        )
         for _ in range(5)
     ]
     x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
