@@ -272,8 +272,10 @@ def released(ctx: NodeContext, job_id: int, round_: int) -> bool:
 def _over_in_mirror(job_id: int, round_: int) -> bool:
     """Whether the mirror shows round ``round_``'s training over by the job's state: a later round,
     the round out of training, the job ended, or every trainer's update in. The mirror holds only
-    the contract's own events, so it can lag the chain but never lead it; the deadline by the
-    clock is left to the contract (``_over_on_chain``)."""
+    the contract's own events, so it can lag the chain but never lead it (its participants are
+    every ParticipantJoined of the job: the projection refuses none the contract can emit, so the
+    trainers counted are never fewer than the contract's); the deadline by the clock is left to
+    the contract (``_over_on_chain``)."""
     job = mirror.Job.objects.filter(job_id=job_id).first()
     if job is None or job.current_round < round_:
         return False
