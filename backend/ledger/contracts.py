@@ -230,31 +230,23 @@ class FederatedLearning(ContractBase):
         round's updates, and this member's score of the round's base model (the current global
         model): an update is accepted only when its median beats the base scores' median by the
         job's margin. Same order, values and salt as committed."""
-        trainers = list(scores)
-        call = self.encode(
-            "revealScores",
-            job_id,
-            round_,
-            _addresses(trainers),
-            [scores[t] for t in trainers],
-            base_score,
-            salt,
-        )
-        return self.client.transact(call, extra_gas=finalize_headroom(len(trainers)))
+        return self._send_scores("revealScores", job_id, round_, scores, base_score, salt)
 
     def commit_and_reveal_scores(
         self, job_id: int, round_: int, scores: dict[str, int], base_score: int
     ) -> TxReceipt:
         """The commitment that completes the committee's set, and its reveal, in one transaction
         (every other member is bound already); RevealNotOpen while another commitment is due."""
+        return self._send_scores("commitAndRevealScores", job_id, round_, scores, base_score)
+
+    def _send_scores(
+        self, function: str, job_id: int, round_: int, scores: dict[str, int], *rest
+    ) -> TxReceipt:
+        """A call carrying scores by trainer (addresses and values in the dict's order), with gas
+        room for the finalization it may complete."""
         trainers = list(scores)
         call = self.encode(
-            "commitAndRevealScores",
-            job_id,
-            round_,
-            _addresses(trainers),
-            [scores[t] for t in trainers],
-            base_score,
+            function, job_id, round_, _addresses(trainers), [scores[t] for t in trainers], *rest
         )
         return self.client.transact(call, extra_gas=finalize_headroom(len(trainers)))
 

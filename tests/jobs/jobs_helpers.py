@@ -115,3 +115,25 @@ def job_request(dataset_id: int, **overrides) -> dict:
         "round_timeout_s": 600,
     }
     return body | overrides
+
+
+def mirror_job(nodes: list[str], *, status=None, round_status=None, job_id: int = 7):
+    """A job in the chain's mirror (no chain): ``nodes`` joined in order (node 0 proposed it, a
+    committee of one), running in round 2, whose row has ``round_status`` (training by default)
+    and deadlines far ahead."""
+    from backend.ledger import models as mirror
+
+    far = 10**12
+    job = mirror.Job.objects.create(
+        job_id=job_id, proposer=nodes[0], config_hash="0x1", initial_model_ref="0x2",
+        initial_model_hash="0x3", rounds=5, committee_size=1, top_k=3, min_trainers=3, join_deadline=0,
+        train_period=60, score_period=60, status=status or mirror.Job.Status.RUNNING, current_round=2,
+        proposed_block=1,
+    )  # fmt: skip
+    for i, node in enumerate(nodes):
+        job.participants.create(node=node, dataset_id=i, index=i)
+    job.rounds_set.create(
+        number=2, status=round_status or mirror.Round.Status.TRAINING, base_model_hash="0x4",
+        update_deadline=far, score_deadline=far, opened_block=2,
+    )  # fmt: skip
+    return job

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from jobs_helpers import mirror_job
 
 from backend.jobs import chain, sealed
 from backend.jobs.driver.memory import DriverMemory
@@ -19,22 +20,10 @@ from backend.ledger import models as mirror
 pytestmark = pytest.mark.django_db
 
 NODES = [f"0x{i:040x}" for i in range(1, 5)]  # node 0 is round 2's committee, 1-3 train
-FAR = 10**12
 
 
-def a_job(status=mirror.Job.Status.RUNNING, round_status=mirror.Round.Status.TRAINING) -> mirror.Job:
-    job = mirror.Job.objects.create(
-        job_id=7, proposer=NODES[0], config_hash="0x1", initial_model_ref="0x2", initial_model_hash="0x3",
-        rounds=5, committee_size=1, top_k=3, min_trainers=3, join_deadline=0, train_period=60,
-        score_period=60, status=status, current_round=2, proposed_block=1,
-    )  # fmt: skip
-    for i, node in enumerate(NODES):
-        job.participants.create(node=node, dataset_id=i, index=i)
-    job.rounds_set.create(
-        number=2, status=round_status, base_model_hash="0x4", update_deadline=FAR, score_deadline=FAR,
-        opened_block=2,
-    )  # fmt: skip
-    return job
+def a_job(status=None, round_status=None) -> mirror.Job:
+    return mirror_job(NODES, status=status, round_status=round_status)  # round 2, a committee of one
 
 
 def submit(job: mirror.Job, trainers) -> None:

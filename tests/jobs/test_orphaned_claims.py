@@ -59,27 +59,11 @@ def test_the_periodic_sweep_leaves_claims_touched_lately():
     assert RoundAction.objects.get(pk=stale.pk).state == State.WAITING
 
 
-def test_the_agent_recovers_after_a_failed_tick_and_sweeps_now_and_then(monkeypatch):
+def run_agent_until(monkeypatch, tick, recover, done) -> None:
+    """agent.run_forever with this ``tick`` and ``recover`` on a thread, until ``done()``."""
     head = {"n": 1}
-    calls: list[str] = []
     ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
-
-    def tick(_ctx, _dispatch, _head=None, _gate=None):
-        calls.append("tick")
-        if calls.count("tick") == 2:
-            raise ConnectionError("the database went away")
-        return []
-
-    recoveries = {"n": 0}
-
-    def recover(after_failure):
-        recoveries["n"] += 1
-        calls.append(f"recover({after_failure})")
-        if recoveries["n"] == 1:
-            raise ConnectionError("still away")  # the failed recovery is tried again next tick
-
     monkeypatch.setattr(agent, "tick", tick)
-    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 3600.0)  # no periodic sweep in this part
     stop = threading.Event()
     thread = threading.Thread(
         target=agent.run_forever,
@@ -89,30 +73,43 @@ def test_the_agent_recovers_after_a_failed_tick_and_sweeps_now_and_then(monkeypa
     thread.start()
     try:
         deadline = time.monotonic() + 60  # generous: the loop ends as soon as the ticks are in
-        while calls.count("tick") < 5 and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_the_agent_recovers_after_a_failed_tick(monkeypatch):
+    calls: list[str] = []
+
+    def tick(_ctx, _dispatch, _head=None, _gate=None):
+        calls.append("tick")
+        if calls.count("tick") == 2:
+            raise ConnectionError("the database went away")
+        return []
+
+    def recover(after_failure):
+        calls.append(f"recover({after_failure})")
+        if calls.count(f"recover({after_failure})") == 1:
+            raise ConnectionError("still away")  # the failed recovery is tried again next tick
+
+    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 3600.0)  # no periodic sweep here
+    run_agent_until(monkeypatch, tick, recover, lambda: calls.count("tick") >= 5)
     # tick, tick (fails), recover (fails), recover, tick, tick, ...: recovery only after a failure.
     assert calls[:5] == ["tick", "tick", "recover(True)", "recover(True)", "tick"]
     assert calls.count("recover(True)") == 2 and "recover(False)" not in calls
 
-    # With the sweep due every tick, each tick is preceded by a sweep (no failure: False).
-    calls.clear()
-    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 0.0)
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=agent.run_forever,
-        args=(ctx, lambda _due: None),
-        kwargs={"interval": 0.01, "poll": 0.005, "stop": stop, "recover": recover},
+
+def test_the_agent_sweeps_now_and_then_without_a_failure(monkeypatch):
+    calls: list[str] = []
+
+    def tick(_ctx, _dispatch, _head=None, _gate=None):
+        calls.append("tick")
+        return []
+
+    monkeypatch.setattr(agent, "RECOVER_EVERY_S", 0.0)  # a sweep due before every tick
+    run_agent_until(
+        monkeypatch, tick, lambda failed: calls.append(f"recover({failed})"), lambda: calls.count("tick") >= 3
     )
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while calls.count("tick") < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        stop.set()
-        thread.join(5)
     assert calls[:4] == ["recover(False)", "tick", "recover(False)", "tick"]

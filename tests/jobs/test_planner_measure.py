@@ -6,6 +6,7 @@ Mirror rows only (no chain): the planner derives everything from them.
 from __future__ import annotations
 
 import pytest
+from jobs_helpers import mirror_job
 
 from backend.jobs.driver import planner
 from backend.jobs.models import RoundAction, RoundMetric
@@ -21,20 +22,10 @@ FAR = 10**12  # deadlines far ahead: only the updates decide
 
 
 def a_job(status=mirror.Job.Status.RUNNING) -> mirror.Job:
-    job = mirror.Job.objects.create(
-        job_id=7, proposer=NODES[0], config_hash="0x1", initial_model_ref="0x2", initial_model_hash="0x3",
-        rounds=5, committee_size=1, top_k=3, min_trainers=3, join_deadline=0, train_period=60,
-        score_period=60, status=status, current_round=2, proposed_block=1,
-    )  # fmt: skip
-    for i, node in enumerate(NODES):
-        job.participants.create(node=node, dataset_id=i, index=i)
+    job = mirror_job(NODES, status=status)  # round 2 training
     job.rounds_set.create(
         number=1, status=mirror.Round.Status.DONE, base_model_hash="0x3", update_deadline=FAR,
         score_deadline=FAR, opened_block=1,
-    )  # fmt: skip
-    job.rounds_set.create(
-        number=2, status=mirror.Round.Status.TRAINING, base_model_hash="0x4", update_deadline=FAR,
-        score_deadline=FAR, opened_block=2,
     )  # fmt: skip
     job.committee_seats.create(round=2, seat=0, member=SCORER)
     job.global_models.create(round=1, model_hash="0x4", reference="0x5", proposer=SCORER, fixed_block=2)
