@@ -178,9 +178,7 @@ def _perform(ctx: NodeContext, due: Due, claim: RoundAction) -> Outcome:
 
 def release_lost_claims(ctx: NodeContext) -> int:
     """At the start of a node whose actions run in its own process: nothing can still be running."""
-    lost = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING)).update(
-        state=State.WAITING
-    )
+    lost = release_orphaned_claims(ctx, set())
     for job_id in mirror.Job.objects.filter(participants__node=ctx.address).values_list("job_id", flat=True):
         settle_closed_releases(ctx, job_id)
     return lost
@@ -199,22 +197,16 @@ def release_orphaned_claims(ctx: NodeContext, in_process: set[Due], older_than_s
     (ctx.action_lease_s, 600 s) while its round's deadline passed. ``older_than_s``: only claims
     not touched for that long (the periodic sweep's margin).
     """
-    keep = {(d.job_id, d.round, str(d.kind)) for d in in_process}
-    open_claims = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING))
+    orphans = RoundAction.objects.filter(node=ctx.address, state__in=(State.QUEUED, State.RUNNING))
     if older_than_s > 0:
-        open_claims = open_claims.filter(updated__lt=timezone.now() - timedelta(seconds=older_than_s))
-    orphans = [
-        pk
-        for pk, job_id, round_, kind in open_claims.values_list("pk", "job_id", "round", "kind")[:10_000]
-        if (job_id, round_, str(kind)) not in keep
-    ]
-    if not orphans:
-        return 0
-    released = RoundAction.objects.filter(pk__in=orphans, state__in=(State.QUEUED, State.RUNNING)).update(
-        state=State.WAITING, recheck_s=None, updated=timezone.now()
-    )
+        orphans = orphans.filter(updated__lt=timezone.now() - timedelta(seconds=older_than_s))
+    for due in in_process:  # a handful at most: the background thread's queue
+        orphans = orphans.exclude(job_id=due.job_id, round=due.round, kind=str(due.kind))
+    # One UPDATE: a claim its action takes meanwhile (queued -> running) is still matched, but
+    # only claims this process holds can change between ticks, and those are excluded.
+    released = orphans.update(state=State.WAITING, recheck_s=None, updated=timezone.now())
     if released:
-        logger.warning("%d claim(s) left open when the database went away: offered again", released)
+        logger.warning("%d claim(s) this process no longer runs: offered again", released)
     return released
 
 
