@@ -236,6 +236,25 @@ def test_the_last_commitment_is_revealed_in_the_same_transaction(fed):
     assert last.event("RoundFinalized").args["round"] == 1
 
 
+def test_a_combined_reveal_gets_the_reveals_checks_and_a_refused_one_changes_nothing(fed):
+    """The worst a last member can send in commitAndRevealScores: the same refusals as a reveal,
+    and the commitment it tried to record is not recorded (it may then send a good one)."""
+    job, committee, trainers = fed.running_job(participants=4, committee_size=1, top_k=2)
+    _train(fed, job, 1, trainers)
+    fl = fed.member(committee[0]).fl
+    t0, t1 = fed.address(trainers[0]), fed.address(trainers[1])
+    with pytest.raises(errors.ScoreOutOfRange):
+        fl.commit_and_reveal_scores(job, 1, {t0: 10_001}, 5000)
+    with pytest.raises(errors.UnknownUpdate):  # a committee member is no trainer of the round
+        fl.commit_and_reveal_scores(job, 1, {fed.address(committee[0]): 1}, 5000)
+    with pytest.raises(errors.LengthMismatch):
+        fl.client.transact(fl.encode("commitAndRevealScores", job, 1, [t0, t1], [1], 0))
+    with pytest.raises(errors.DuplicateScores):  # one trainer twice
+        fl.client.transact(fl.encode("commitAndRevealScores", job, 1, [t0, t0], [1, 2], 0))
+    assert fed.member(0).fl.get_job(job).commit_count == 0
+    assert "RoundFinalized" in {e.name for e in fl.commit_and_reveal_scores(job, 1, {t0: 9000}, 5000).events}
+
+
 def test_a_committee_of_one_scores_in_one_transaction(fed):
     job, committee, trainers = fed.running_job(participants=4, committee_size=1, top_k=2)
     _train(fed, job, 1, trainers)
