@@ -44,6 +44,28 @@ CREATE TABLE IF NOT EXISTS chunks (
 """
 
 
+INDEX_LOCK_TIMEOUT_S = 30.0
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Put the index in WAL mode, waiting out a concurrent switch.
+
+    SQLite answers "database is locked" at once, without its busy handler, when two
+    connections switch a fresh file's journal mode together (a new node's first requests on
+    several threads, or the agent and a web worker starting side by side), so the wait is
+    here. Once the file is in WAL mode (it stays so) the pragma takes no lock.
+    """
+    deadline = time.monotonic() + INDEX_LOCK_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 @dataclass(frozen=True)
 class StoreUsage:
     chunks: int
@@ -79,8 +101,10 @@ class ChunkStore:
         # WAL lets the node process and a management command share the index.
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.root / "index.sqlite3", timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(
+                self.root / "index.sqlite3", timeout=INDEX_LOCK_TIMEOUT_S, isolation_level=None
+            )
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         conn.execute("BEGIN IMMEDIATE")

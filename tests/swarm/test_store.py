@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -25,6 +26,35 @@ def test_put_get_usage(tmp_path):
     assert (usage.chunks, usage.bytes) == (2, 3000)
     with pytest.raises(ChunkNotFound):
         store.get(chunk()[0])
+
+
+def _open_and_put_together(root, openers: int) -> tuple[list[ChunkStore], list[Exception]]:
+    barrier, stores, errors = threading.Barrier(openers), [], []
+
+    def open_and_put() -> None:
+        barrier.wait()
+        try:
+            store = ChunkStore(root, fsync=False)
+            store.put_many([chunk()])
+            stores.append(store)
+        except Exception as exc:  # noqa: BLE001 (reported by the caller's assertion)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_put) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return stores, errors
+
+
+def test_stores_opened_together_on_a_fresh_directory_all_start_and_share_the_index(tmp_path):
+    # The first switch to WAL is refused at once ("database is locked") to all but one of the
+    # connections making it together; without the store's wait some of 20 trials of 4 fail.
+    for trial in range(20):
+        stores, errors = _open_and_put_together(tmp_path / str(trial), openers=4)
+        assert not errors, errors
+        assert stores[0].usage().chunks == 4
 
 
 def test_chunks_that_do_not_match_their_address_are_refused(tmp_path):
