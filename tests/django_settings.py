@@ -11,3 +11,12 @@ import secrets
 os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
 
 from backend.settings import *  # noqa: E402,F403
+
+# The test process's own in-process worker (cluster.registry.ensure_local, registered by the first
+# in-process dispatch) would beat from a background thread every 10 s. On the in-memory shared-cache
+# test database a write that meets another connection's write lock fails at once ("database table
+# is locked", no busy timeout), so a beat could fail whichever test wrote at that moment. Here the
+# worker beats only when registered and stays live; the cluster tests, which test liveness, set
+# their own values (tests/cluster/conftest.py). Node processes the tests start use backend.settings.
+DEFL_CLUSTER_HEARTBEAT_S = 3600.0
+DEFL_CLUSTER_WORKER_TIMEOUT_S = 86400.0
