@@ -16,18 +16,32 @@ def connect(url: str, *, timeout: float = 30.0) -> Web3:
     """An HTTP JSON-RPC connection; the process's in-process EVM when url is empty."""
     if not url:
         return in_process_chain()
-    return Web3(HTTPProvider(url, request_kwargs={"timeout": timeout}))
+    return without_chain_id_checks(Web3(HTTPProvider(url, request_kwargs={"timeout": timeout})))
 
 
 @cache
 def in_process_chain() -> Web3:
     """One in-process EVM (eth-tester + py-evm) per process: the embedded single-process chain."""
-    return Web3(EthereumTesterProvider())
+    return without_chain_id_checks(Web3(EthereumTesterProvider()))
 
 
 def new_in_process_chain() -> Web3:
     """A fresh in-process EVM (tests)."""
-    return Web3(EthereumTesterProvider())
+    return without_chain_id_checks(Web3(EthereumTesterProvider()))
+
+
+def without_chain_id_checks(w3: Web3) -> Web3:
+    """``w3`` without web3's "validation" middleware, which costs two requests on every read.
+
+    It asks the node for its chain id twice on each eth_call and eth_estimateGas (once for the
+    request, once for the response) to check a ``chainId`` field that the node's calls never
+    carry. It never checked what the node sends: transactions are signed here with the chain id
+    read once (ChainClient.chain_id) and sent raw. Without it a contract read is one request,
+    not three; on the round's critical path, where each request waits on a loaded chain, that
+    was most of a read's time.
+    """
+    w3.middleware_onion.remove("validation")
+    return w3
 
 
 def is_in_process(w3: Web3) -> bool:

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.test import override_settings
 from web3 import HTTPProvider, Web3
 
-from backend.ledger import errors, factory
+from backend.ledger import chains, errors, factory
 from backend.ledger.client import ChainClient, RetryPolicy
 from backend.ledger.deployment import Ledger, deploy_contracts
 from backend.ledger.heads import Head, HeadWatcher
@@ -98,6 +98,33 @@ def test_deadline_in_seconds_after_time_travel(anvil, deployed):
     anvil.increase_time(200)
     with pytest.raises(errors.DeadlinePassed):
         deployed.fl.join(job, deployed.data.get_dataset(1).dataset_id)
+
+
+def test_a_contract_read_is_one_request_and_a_transaction_asks_no_chain_id(anvil, deployed):
+    # web3's default validation middleware asked for the chain id twice on every eth_call and
+    # eth_estimateGas, so a read was three requests. chains.connect drops it.
+    client = ChainClient(chains.connect(anvil.url), deployed.client.account)
+    ledger = deployed.for_account(client)
+    requests: list[str] = []
+    send = client.w3.provider.make_request
+
+    def counted(method, params):
+        requests.append(method)
+        return send(method, params)
+
+    client.w3.provider.make_request = counted  # type: ignore[method-assign]
+    assert ledger.nodes.is_member(client.address)
+    assert requests == ["eth_call"]
+    ledger.nodes.update_endpoint("http://lean-1.test")  # the first reads the chain id and the fee
+    requests.clear()
+    ledger.nodes.update_endpoint("http://lean-2.test")
+    assert requests == [
+        "eth_estimateGas",
+        "eth_getTransactionCount",
+        "eth_sendRawTransaction",
+        "eth_getTransactionReceipt",
+    ]
+    assert ledger.nodes.get_node(client.address).endpoint == "http://lean-2.test"
 
 
 def test_threads_of_one_node_never_collide(anvil, deployed):
