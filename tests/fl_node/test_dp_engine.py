@@ -197,8 +197,12 @@ def test_noise_has_the_mechanism_scale():
     model = nn.Sequential(nn.Linear(200, 100))
     engine = BookKeepingDP(model, noise_multiplier=2.0, max_grad_norm=3.0, expected_batch_size=10)
     engine.privatize()
-    assert model[0].weight.grad.std().item() == pytest.approx(2.0 * 3.0 / 10, rel=0.03)
-    assert abs(model[0].weight.grad.mean().item()) < 0.01
+    grad, scale = model[0].weight.grad, 2.0 * 3.0 / 10
+    # The noise is secret, so every run draws afresh: each bound is at least 5 standard errors of its
+    # statistic over the 20,000 draws (a std's is scale/sqrt(2n), 0.5%; a mean's scale/sqrt(n)).
+    # The mean's old bound, 0.01, was 2.4 standard errors: it failed about one run in fifty.
+    assert grad.std().item() == pytest.approx(scale, rel=0.03)
+    assert abs(grad.mean().item()) < 5 * scale / grad.numel() ** 0.5
 
 
 def test_train_local_bk_reproduces_the_opacus_run():
