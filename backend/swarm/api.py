@@ -25,7 +25,7 @@ from backend.swarm.pipeline import Progress, store_stream
 from backend.swarm.reference import Reference
 from backend.swarm.repair import RepairReport, repair_chunks, repair_node
 from backend.swarm.store import ChunkStore, GcResult, StoreUsage
-from backend.swarm.upload import ReplicatingSink
+from backend.swarm.upload import LocalCopySink, ReplicatingSink
 
 Source = BinaryIO | bytes | str | os.PathLike[str]
 
@@ -77,13 +77,16 @@ class Swarm:
         sink = ReplicatingSink(
             self.network, batch_bytes=self.batch_bytes, max_inflight_bytes=self.max_inflight_bytes
         )
+        # Pinned: a copy of every chunk is kept here as it is made (LocalCopySink), and the tree's
+        # chunks are pinned as the put wrote them, with no walk over the network.
+        writes = LocalCopySink(sink, self.store, self.network) if pin else sink
         with _open_source(source) as stream:
             reference = store_stream(
-                stream, sink, encrypt=encrypt, chunk_size=self.chunk_size, progress=progress
+                stream, writes, encrypt=encrypt, chunk_size=self.chunk_size, progress=progress
             )
         sink.close()
-        if pin:
-            self.pin(reference)
+        if isinstance(writes, LocalCopySink):
+            self.store.pin(writes.addresses)
         return reference
 
     def open(self, reference: Reference | str, *, max_bytes: int) -> Iterator[memoryview]:

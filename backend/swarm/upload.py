@@ -17,6 +17,7 @@ from concurrent.futures import Future
 
 from backend.swarm.errors import NotEnoughReplicas, PeerError
 from backend.swarm.network import Network, Node
+from backend.swarm.store import ChunkStore
 
 Chunk = tuple[bytes, bytes]
 
@@ -118,3 +119,29 @@ class ReplicatingSink:
         short = sum(1 for count in self._acks.values() if count < need)
         if short:
             raise NotEnoughReplicas(f"{short} of {len(self._acks)} chunks have fewer than {need} copies")
+
+
+class LocalCopySink:
+    """A pinned put's sink: each chunk to its R closest nodes (``inner``), and a full copy here.
+
+    A chunk whose placement leaves this node out is written to ``store`` as well, so pinning the
+    blob needs neither a walk of its tree over the network nor fetching back the chunks just
+    handed to other nodes. ``addresses``: every chunk the blob's tree refers to, as often as it
+    does (what a walk of the tree yields, so the pins this put adds are the ones unpin removes).
+    """
+
+    def __init__(self, inner: ReplicatingSink, store: ChunkStore, network: Network) -> None:
+        self.inner = inner
+        self.store = store
+        self.network = network
+        self.addresses: list[bytes] = []
+        self._copied: set[bytes] = set()
+
+    def put(self, address: bytes, data: bytes) -> None:
+        self.inner.put(address, data)
+        self.addresses.append(address)
+        if address in self._copied:
+            return
+        self._copied.add(address)
+        if not any(node.local for node in self.network.targets(address)):
+            self.store.put(address, data)

@@ -112,6 +112,34 @@ def test_pin_keeps_a_local_copy_and_gc_drops_what_is_not_ours(four):
     assert swarm.stat(ref).size == SIZE * 10
 
 
+def test_a_pinned_put_keeps_every_chunk_here_without_fetching_any_back(four):
+    swarm, network, stores = four
+    fetched: list[int] = []
+    for node in network.nodes[1:]:
+        fetch = node.transport.fetch
+        node.transport.fetch = lambda wanted, fetch=fetch: fetched.append(len(wanted)) or fetch(wanted)
+    ref = swarm.put(os.urandom(SIZE * 10), pin=True)
+    assert fetched == []  # no walk of the tree over the network, no chunk fetched back
+    addresses = swarm.chunk_addresses(ref)
+    placed_elsewhere = [a for a in addresses if not any(n.local for n in network.ranked(a)[:3])]
+    assert placed_elsewhere  # the case that needed fetching back: this node is not among R
+    assert all(stores[0].has(a) and stores[0].pins(a) == 1 for a in addresses)
+    swarm.unpin(ref)
+    assert all(stores[0].pins(a) == 0 for a in addresses)
+    swarm.gc(grace_s=0)
+    for address in addresses:
+        assert stores[0].has(address) == (address not in placed_elsewhere)
+
+
+def test_a_pinned_put_pins_a_repeated_chunk_as_often_as_unpin_removes_it(four):
+    swarm, _, stores = four
+    ref = swarm.put(bytes(SIZE * 4), pin=True)  # four equal leaves, one address
+    leaf = swarm.chunk_addresses(ref)[1]
+    assert stores[0].pins(leaf) == 4
+    swarm.unpin(ref)
+    assert stores[0].pins(leaf) == 0
+
+
 def _corrupt(path) -> None:
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
