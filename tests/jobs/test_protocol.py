@@ -15,7 +15,7 @@ from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make
 from backend.datasets.budget import budget_ledger, compose
 from backend.datasets.models import PrivacyRelease
 from backend.jobs.driver import actions, agent, aggregator, trainer, workspace
-from backend.jobs.models import RoundAction, RoundMetric
+from backend.jobs.models import Membership, RoundAction, RoundMetric
 from backend.ledger.abi import EventDecoder
 from backend.serving.models import GlobalModel
 from fl_node.privacy_audit import assert_claim_holds
@@ -120,6 +120,10 @@ def test_two_rounds_with_a_label_flipping_trainer(operator_client, monkeypatch, 
     # Round 1 up to its finalization, then "restart" every node: caches and claims in flight are
     # lost, and the agents catch up from the chain alone.
     run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1 or fl.get_job(job_id).round > 1)
+    # Each node prepared the job ahead of round 1 (driver/warmup.py: data, model, noise, a dry
+    # training step and encoding); a preparation that fails is only logged, so it is asked here.
+    prepared = Membership.objects.filter(job_id=job_id).values_list("node", "prepared_at")
+    assert len(prepared) == 5 and all(at is not None for _, at in prepared), prepared
     for node in nodes:
         node.ctx.memory.clear()
         actions.release_lost_claims(node.ctx)

@@ -1,8 +1,9 @@
 """Load what a job's first round needs while the job is still gathering participants.
 
 Round 1 otherwise pays, on its critical path, for decrypting and splitting this node's
-dataset, fetching and decoding the initial model, building the architecture and calibrating
-the DP noise (a search over the RDP accountant, above a second on a small CPU). All of it
+dataset, fetching and decoding the initial model, building the architecture, calibrating
+the DP noise (a search over the RDP accountant, above a second on a small CPU), and the first
+training step and update encoding of the process. All of it
 lands in per-process caches (driver.workspace, fl_node.privacy's calibration cache), so
 the actions that run in this process start warm: the agent's own without a broker; with a
 broker the agent asks the node's Celery worker to prepare instead (``jobs.warm_job``).
@@ -73,6 +74,19 @@ def warm(ctx: NodeContext, job: mirror.Job) -> None:
     plan = node_plan(ctx, job, config, dataset)  # calibrates the noise once; cached for the rounds
     train_config = config.train_config(seed=0, plan=plan)
     dry_run(ctx, config, train_config, initial, train)
+    dry_encode(config, initial)
+
+
+def dry_encode(config, initial: dict) -> None:
+    """Encode a zero update as a trained one is, thrown away: the sparse policy's first use
+    measures this machine's copy and gather speeds (fl_node.sparse, about 50 ms), which the
+    last trainer of round 1 would otherwise pay between its training and its submit."""
+    import torch
+
+    from fl_node.sparse import encode_with_policy
+
+    zero = {name: torch.zeros_like(t) for name, t in initial.items() if t.is_floating_point()}
+    encode_with_policy(zero, initial, config.sparse.policy())
 
 
 def dry_run(ctx: NodeContext, config, train_config, initial: dict, train) -> None:
