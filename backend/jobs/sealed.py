@@ -21,6 +21,7 @@ Sealed blob: ``MAGIC | nonce (12) | ciphertext | tag (16)``; the key is 32 bytes
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -483,43 +484,90 @@ def gather_keys(ctx: NodeContext, job_id: int, round_: int, updates) -> list:
 
     Call once the round's training is over (holders refuse before). One thread per update asks its
     holders (its trainer first, then the relays), so a round's keys cost one round trip rather than
-    one per update. The threads fetch no blob (one encoded update in memory at a time stays the
-    readers' rule) and write nothing: a key got is OFFERED to ``read_update``, which checks it on
-    the blob it reads anyway (it opens, to the hash on chain) before keeping it, and asks the
-    holders itself if it does not open. The call waits at most one request's timeouts (a holder
-    that does not answer costs that once: it is then marked down). Updates whose holders include
-    one in this process's database (several node identities in one database: the in-process
-    tests) are left to ``read_update``.
+    one per update; a request already in flight for an update (``ask_ahead``) is waited on, not sent
+    again. The threads fetch no blob (one encoded update in memory at a time stays the readers'
+    rule) and write nothing: a key got is OFFERED to ``read_update``, which checks it on the blob it
+    reads anyway (it opens, to the hash on chain) before keeping it, and asks the holders itself if
+    it does not open. The call waits at most one request's timeouts (a holder that does not answer
+    costs that once: it is then marked down). Updates whose holders include one in this process's
+    database (several node identities in one database: the in-process tests) are left to
+    ``read_update``.
     """
-    held = {
-        row.trainer.lower(): row
-        for row in UpdateKey.objects.filter(node=ctx.address, job_id=job_id, round=round_)
-    }
-    memory = ctx.memory.sealed
-    asks: dict[Future[bytes | None], object] = {}
-    for update in updates:
-        row = held.get(update.trainer.lower())
-        if (row is not None and _same_update(row, update)) or _offer_of(ctx, job_id, round_, update):
-            continue
-        asked = _holders(ctx, job_id, update.trainer)
-        if UpdateKey.objects.filter(node__in=asked).exists():
-            continue
-        asks[_executor().submit(_first_answer, ctx, asked, job_id, round_, update.trainer)] = update
+    asks = _asks(ctx, job_id, round_, updates)
     if not asks:
         return []
     with timing.part(timing.SWARM):  # peer transfers
         done, late = wait(asks, timeout=CONNECT_TIMEOUT_S + READ_TIMEOUT_S)
     missing = [asks[f] for f in late]
+    memory = ctx.memory.sealed
     for future in done:
         update, key = asks[future], future.result()  # _first_answer raises nothing
         if key is None:
             missing.append(update)
             continue
-        with memory.lock:
-            if len(memory.offers) >= MAX_OFFERS:  # bounded: the oldest rounds' offers go
-                memory.offers.clear()
-            memory.offers[_offer_key(job_id, round_, update)] = key
+        with memory.lock:  # also offered by _answered, which may run after this wait returned
+            _put_offer(memory, _offer_key(job_id, round_, update), key)
     return missing
+
+
+def ask_ahead(ctx: NodeContext, job_id: int, round_: int, updates) -> int:
+    """Start asking for the keys of ``updates`` as ``gather_keys`` does, without waiting; returns how
+    many requests are in flight for them.
+
+    The committee's agent calls it in the tick whose mirror first shows the round's training over
+    (driver/prefetch.py): the answers then travel while the agent plans and begins the score
+    action, whose ``gather_keys`` waits on these requests instead of sending its own. Each answer
+    is offered to the readers when it comes, whoever waits for it.
+    """
+    return len(_asks(ctx, job_id, round_, updates))
+
+
+def _asks(ctx: NodeContext, job_id: int, round_: int, updates) -> dict[Future[bytes | None], Any]:
+    """The key request in flight for each of ``updates`` not held or offered here, sent now where
+    none is (its answer is offered by ``_answered``)."""
+    held = {
+        row.trainer.lower(): row
+        for row in UpdateKey.objects.filter(node=ctx.address, job_id=job_id, round=round_)
+    }
+    memory = ctx.memory.sealed
+    asks: dict[Future[bytes | None], Any] = {}
+    for update in updates:
+        row = held.get(update.trainer.lower())
+        if (row is not None and _same_update(row, update)) or _offer_of(ctx, job_id, round_, update):
+            continue
+        offer = _offer_key(job_id, round_, update)
+        with memory.lock:
+            future = memory.asking.get(offer)
+        if future is None:
+            asked = _holders(ctx, job_id, update.trainer)
+            if UpdateKey.objects.filter(node__in=asked).exists():
+                continue
+            future = _executor().submit(_first_answer, ctx, asked, job_id, round_, update.trainer)
+            with memory.lock:
+                if len(memory.asking) >= MAX_OFFERS:  # bounded: each entry goes when answered
+                    memory.asking.clear()
+                memory.asking[offer] = future
+            future.add_done_callback(functools.partial(_answered, memory, offer))
+        asks[future] = update
+    return asks
+
+
+def _answered(memory: SealedMemory, offer: tuple, future: Future[bytes | None]) -> None:
+    """A key request's end: no longer in flight, and its key (if any) offered to the readers."""
+    key = None if future.cancelled() else future.result()  # _first_answer raises nothing
+    with memory.lock:
+        if memory.asking.get(offer) is not future:
+            return  # forgotten meanwhile (a restart cleared the memory): nothing of it is kept
+        del memory.asking[offer]
+        if key is not None:
+            _put_offer(memory, offer, key)
+
+
+def _put_offer(memory: SealedMemory, offer: tuple, key: bytes) -> None:
+    """Under ``memory.lock``."""
+    if len(memory.offers) >= MAX_OFFERS:  # bounded: the oldest rounds' offers go
+        memory.offers.clear()
+    memory.offers[offer] = key
 
 
 def _offer_key(job_id: int, round_: int, update) -> tuple:

@@ -359,3 +359,85 @@ def test_a_rounds_keys_are_asked_for_at_once_and_bad_holders_cost_one_timeout(mo
     assert all(read[t] is None for t in by_kind({"garbage", "refuse", "silent", "huge"}))
     # Held keys are not asked for again: nothing goes out, nothing is missing.
     assert sealed.gather_keys(ctx, 77, 3, [updates[t][1] for t in by_kind({"good"})]) == []
+
+
+def test_keys_asked_ahead_are_waited_for_not_asked_again(monkeypatch, settings):
+    """The committee's agent asks for a round's keys as soon as its mirror shows the training over
+    (sealed.ask_ahead); the score action's gather_keys then waits on those requests: each holder
+    is asked once. An answer that comes after a restart cleared the node's memory is not kept."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    from eth_account import Account
+
+    from backend.jobs.context import peer_access
+    from backend.swarm import factory
+    from backend.swarm.factory import node_swarm
+
+    asked: list[str] = []
+    keys: dict[str, bytes] = {}
+    hold = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            holder = self.path.split("/")[1]
+            asked.append(holder)
+            hold.wait(5)  # answers travel while the agent goes on
+            body = json.dumps({"key": keys[holder].hex()}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    account = Account.create()
+    ctx = SimpleNamespace(swarm=node_swarm(), address=account.address, memory=DriverMemory())
+    updates, peers = [], []
+    for i in range(3):
+        trainer = Account.create().address
+        plaintext = os.urandom(2000)
+        blob, keys[f"h{i}"] = sealed.seal(plaintext)
+        updates.append(
+            SimpleNamespace(
+                trainer=trainer, reference=blobs.put(ctx, blob), content_hash="0x" + content_hash(plaintext)
+            )
+        )
+        peers.append(f"{trainer}@http://127.0.0.1:{server.server_address[1]}/h{i}")
+    try:
+        settings.DEFL_PEERS = peers
+        settings.DEFL_ALLOW_PRIVATE_PEERS = True
+        factory.peer_directory.cache_clear()
+        ctx.peers = peer_access(bytes(account.key))
+        assert sealed.ask_ahead(ctx, 77, 4, updates) == 3  # returns at once: nothing answered yet
+        assert sealed.ask_ahead(ctx, 77, 4, updates) == 3  # the same three requests, not new ones
+        threading.Timer(0.2, hold.set).start()
+        assert sealed.gather_keys(ctx, 77, 4, updates) == []
+        assert sorted(asked) == ["h0", "h1", "h2"]
+        for update in updates:  # each offered key opens its blob to its hash, and is kept
+            sealed.read_update(ctx, 77, 4, update, max_bytes=10_000, ask=False)
+        assert sealed.keys_held(ctx.address, 77, 4) == {u.trainer.lower() for u in updates}
+        assert not ctx.memory.sealed.asking  # nothing left in flight
+
+        hold.clear()
+        sealed.ask_ahead(ctx, 77, 5, updates)  # round 5: asked, then the node restarts
+        ctx.memory.clear()
+        hold.set()
+        deadline = time.monotonic() + 5
+        while len(asked) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the answers' callbacks have run
+        assert not ctx.memory.sealed.offers and not ctx.memory.sealed.asking
+    finally:
+        hold.set()
+        server.shutdown()
+        server.server_close()
+        settings.DEFL_PEERS = []
+        factory.peer_directory.cache_clear()

@@ -109,11 +109,14 @@ class BlobMemory(_Record):
 
 @dataclass
 class SealedMemory(_Record):
-    """backend/jobs/sealed.py: holders not answering, and keys gathered but not read yet."""
+    """backend/jobs/sealed.py: holders not answering, key requests in flight, and keys gathered but
+    not read yet."""
 
     down: dict[str, float] = field(default_factory=dict)  # holder -> monotonic time it is asked again
     # (job, round, trainer, reference, content hash) -> a key offered, unchecked (bounded: MAX_OFFERS)
     offers: dict[tuple, bytes] = field(default_factory=dict)
+    # the same keys -> the request for it in flight (gather_keys, ask_ahead), until it is answered
+    asking: dict[tuple, Future] = field(default_factory=dict)
     released: set[tuple[int, int]] = field(default_factory=set)  # (job, round) whose keys may go out
     lock: threading.Lock = _lock()
 

@@ -5,7 +5,9 @@ training, see trainer.py) and the new committee aggregates it too: fetching the 
 updates then would sit on the round's critical path. Each update is on chain, and in the
 swarm, from the moment its trainer submits it, while the round's last trainers still train;
 fetching it then, on a thread of its own, takes the fetch off the path. The committee of the
-round is left out: its score action fetches each update as it arrives.
+round is left out: its score action fetches each update as it arrives; once the training is
+over, the committee's agent asks for all the keys at once, before it plans the score action
+that reads them.
 
 Updates are sealed (backend.jobs.sealed): what is fetched early is the sealed blob. Once the
 mirror shows the round's training over (every update in, or its update deadline passed), the
@@ -30,6 +32,10 @@ from backend.ledger import models as mirror
 # ``ctx.memory.prefetch`` (backend.jobs.driver.memory), under its lock.
 # A key asked for and not got is asked again at most this often (holders not answering yet).
 KEY_RETRY_S = 2.0
+# The fetching thread's niceness: what it fetches is read only once the round moves on (the next
+# aggregate), so it yields the CPU to the work of the moment, the committee's scoring above all
+# (on a machine that runs several nodes, or a node's own tick and API).
+PREFETCH_NICE = 5
 
 
 def round_updates(ctx: NodeContext) -> int:
@@ -66,9 +72,25 @@ def round_updates(ctx: NodeContext) -> int:
             if reference in memory.pending:
                 continue
             memory.pending.add(reference)
-        priority.low_priority("prefetch", 0).submit(_fetch, ctx, reference)
+        priority.low_priority("prefetch", PREFETCH_NICE).submit(_fetch, ctx, reference)
         started += 1
+    started += _committee_keys(ctx, [u for u in updates if (u.job_id, u.round) in scoring])
     return started + _round_keys(ctx, [u for u in updates if (u.job_id, u.round) not in scoring])
+
+
+def _committee_keys(ctx: NodeContext, updates: list) -> int:
+    """For the rounds this node scores, once the mirror shows the training over: ask for every key
+    at once (sealed.ask_ahead), so the answers travel while the agent plans and begins the score
+    action, which waits on these requests instead of sending its own."""
+    by_round: dict[tuple[int, int], list] = {}
+    for update in updates:
+        by_round.setdefault((update.job.pk, update.round), []).append(update)
+    started = 0
+    for round_updates in by_round.values():
+        job, round_ = round_updates[0].job, round_updates[0].round
+        if _training_over(job, round_):
+            started += sealed.ask_ahead(ctx, job.job_id, round_, round_updates)
+    return started
 
 
 def _round_keys(ctx: NodeContext, updates: list) -> int:
@@ -102,7 +124,9 @@ def _round_keys(ctx: NodeContext, updates: list) -> int:
             memory.key_tries[tried] = now
             memory.pending.add(("key", *tried))
         holders = sealed.holders(ctx, job.job_id, update.trainer)
-        priority.low_priority("prefetch", 0).submit(_fetch_key, ctx, job.job_id, round_, update, holders)
+        priority.low_priority("prefetch", PREFETCH_NICE).submit(
+            _fetch_key, ctx, job.job_id, round_, update, holders
+        )
         started += 1
     return started
 
