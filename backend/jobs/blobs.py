@@ -17,6 +17,7 @@ a round's update is in memory once (tests/jobs/test_blob_memory.py).
 from __future__ import annotations
 
 import logging
+import threading
 
 from backend.jobs.context import NodeContext
 from backend.jobs.driver.timing import SWARM, part
@@ -65,17 +66,34 @@ def get(ctx: NodeContext, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES)
     """
     key = _key(reference)
     cache = ctx.memory.blobs
-    with cache.lock:
-        data = cache.items.get(key)
+    with part(SWARM):  # a wait for another thread's read is a swarm transfer too
+        for _ in range(2):
+            with cache.lock:
+                data = cache.items.get(key)
+                if data is not None:
+                    cache.items.move_to_end(key)
+                    break
+                reading = cache.reading.get(key)
+                if reading is None:  # nobody reads it: this thread does
+                    reading = cache.reading[key] = threading.Event()
+                    break
+            # Being read (a prefetch started when its event was indexed): waited for, not fetched
+            # twice. Once: a read that failed, or a blob too large to keep, is read here after all.
+            reading.wait()
+            reading = None
         if data is not None:
-            cache.items.move_to_end(key)
-    if data is not None:
-        if len(data) > max_bytes:  # cached by a reader that accepted more
-            raise BlobTooLarge(len(data), max_bytes)
-        return data
-    with part(SWARM):
-        data = _read(ctx.swarm, key, max_bytes)
-    _remember(ctx, key, data)
+            if len(data) > max_bytes:  # cached by a reader that accepted more
+                raise BlobTooLarge(len(data), max_bytes)
+            return data
+        try:
+            data = _read(ctx.swarm, key, max_bytes)
+            _remember(ctx, key, data)
+        finally:
+            if reading is not None:
+                with cache.lock:
+                    if cache.reading.get(key) is reading:
+                        del cache.reading[key]
+                reading.set()
     return data
 
 
@@ -86,10 +104,13 @@ def _read(swarm, key: str, max_bytes: int) -> bytes | OwnedBuffer:
     return bytes(buffer) if len(buffer) <= CACHE_BLOB_MAX else buffer
 
 
-def prefetch(ctx: NodeContext, reference: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-    """Fetch a blob into this node's cache ahead of the action that will read it."""
+def prefetch(ctx: NodeContext, reference: str) -> None:
+    """Fetch a blob into this node's cache ahead of the action that will read it.
+
+    Only a blob the cache keeps is worth fetching ahead: a larger one is refused from its root
+    chunk, before its data, and left to the reader (who knows its bound)."""
     try:
-        get(ctx, reference, max_bytes=max_bytes)
+        get(ctx, reference, max_bytes=CACHE_BLOB_MAX)
     except Exception as exc:  # the action's own read will retry, and report it
         logger.debug("prefetching %s failed: %s", reference[:18], exc)
 

@@ -100,10 +100,13 @@ class WorkspaceMemory(_Record):
 
 @dataclass
 class BlobMemory(_Record):
-    """backend/jobs/blobs.py: small blobs stored or fetched lately, by reference (bounded in bytes)."""
+    """backend/jobs/blobs.py: small blobs stored or fetched lately, by reference (bounded in bytes),
+    and the reads in flight."""
 
     items: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     size: int = 0  # bytes held
+    # reference -> set when its read in flight ends (one read per blob at a time: blobs.get)
+    reading: dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = _lock()
 
 
