@@ -531,6 +531,8 @@ def _asks(ctx: NodeContext, job_id: int, round_: int, updates) -> dict[Future[by
     }
     memory = ctx.memory.sealed
     asks: dict[Future[bytes | None], Any] = {}
+    participants: list[str] | None = None  # read once for all the updates, when one is asked for
+    in_database: set[str] = set()
     for update in updates:
         row = held.get(update.trainer.lower())
         if (row is not None and _same_update(row, update)) or _offer_of(ctx, job_id, round_, update):
@@ -539,8 +541,13 @@ def _asks(ctx: NodeContext, job_id: int, round_: int, updates) -> dict[Future[by
         with memory.lock:
             future = memory.asking.get(offer)
         if future is None:
-            asked = _holders(ctx, job_id, update.trainer)
-            if UpdateKey.objects.filter(node__in=asked).exists():
+            if participants is None:
+                participants = _participants(job_id)
+                in_database = set(
+                    UpdateKey.objects.filter(node__in=participants).values_list("node", flat=True).distinct()
+                )
+            asked = _holders(ctx, job_id, update.trainer, participants)
+            if in_database.intersection(asked):
                 continue
             future = _executor().submit(_first_answer, ctx, asked, job_id, round_, update.trainer)
             with memory.lock:
@@ -651,13 +658,20 @@ def _keep(ctx: NodeContext, job_id: int, round_: int, update, key: bytes) -> Non
         pass
 
 
-def _holders(ctx: NodeContext, job_id: int, trainer: str) -> list[str]:
-    """Whom to ask: the trainer, then the job's other participants (relays), never this node."""
-    others = (
-        mirror.Participant.objects.filter(job__job_id=job_id).order_by("index").values_list("node", flat=True)
-    )
+def _holders(ctx: NodeContext, job_id: int, trainer: str, participants: list[str] | None = None) -> list[str]:
+    """Whom to ask: the trainer, then the job's other participants (relays), never this node.
+
+    ``participants``: the job's (``_participants``), where the caller read them already."""
+    others = _participants(job_id) if participants is None else participants
     ordered = [trainer] + [n for n in others if n.lower() != trainer.lower()]
     return [n for n in ordered if n.lower() != ctx.address.lower()][:MAX_HOLDERS]
+
+
+def _participants(job_id: int) -> list[str]:
+    """The job's participants in their on-chain order."""
+    return list(
+        mirror.Participant.objects.filter(job__job_id=job_id).order_by("index").values_list("node", flat=True)
+    )
 
 
 def _ask(ctx: NodeContext, holder: str, job_id: int, round_: int, trainer: str) -> bytes | None:

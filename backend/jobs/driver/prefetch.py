@@ -5,9 +5,10 @@ training, see trainer.py) and the new committee aggregates it too: fetching the 
 updates then would sit on the round's critical path. Each update is on chain, and in the
 swarm, from the moment its trainer submits it, while the round's last trainers still train;
 fetching it then, on a thread of its own, takes the fetch off the path. The committee of the
-round is left out: its score action fetches each update as it arrives; once the training is
-over, the committee's agent asks for all the keys at once, before it plans the score action
-that reads them.
+round fetches each update the same way, on a thread at full priority: the round's last update
+is then on its way while the agent plans and begins the score action, whose read waits for
+that fetch (backend.jobs.blobs reads a blob once at a time). Once the training is over, the
+committee's agent also asks for all the keys at once.
 
 Updates are sealed (backend.jobs.sealed): what is fetched early is the sealed blob. Once the
 mirror shows the round's training over (every update in, or its update deadline passed), the
@@ -66,13 +67,19 @@ def round_updates(ctx: NodeContext) -> int:
     started = 0
     memory = ctx.memory.prefetch
     for job_id, round_, reference in rows:
-        if (job_id, round_) in scoring or blobs.cached(ctx, reference):
+        if blobs.cached(ctx, reference):
             continue
         with memory.lock:
             if reference in memory.pending:
                 continue
             memory.pending.add(reference)
-        priority.low_priority("prefetch", PREFETCH_NICE).submit(_fetch, ctx, reference)
+        # The committee scores the update next: the score action waits for this fetch.
+        fetching = (
+            priority.low_priority("prefetch-score", 0)
+            if (job_id, round_) in scoring
+            else priority.low_priority("prefetch", PREFETCH_NICE)
+        )
+        fetching.submit(_fetch, ctx, reference)
         started += 1
     started += _committee_keys(ctx, [u for u in updates if (u.job_id, u.round) in scoring])
     return started + _round_keys(ctx, [u for u in updates if (u.job_id, u.round) not in scoring])
