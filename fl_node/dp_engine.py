@@ -47,6 +47,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
+from fl_node.layers import MaxPool2d
 from fl_node.secure_random import DrawAhead, NoiseSource, SecureRandom, TorchRandom, helper_thread
 
 # Parameter-free modules that act on each example on its own, so they cannot mix examples.
@@ -65,6 +66,7 @@ PER_EXAMPLE_MODULES: tuple[type[nn.Module], ...] = (
     nn.Hardtanh,
     nn.MaxPool1d,
     nn.MaxPool2d,
+    MaxPool2d,  # fl_node.layers: nn.MaxPool2d with a faster inference path
     nn.AvgPool1d,
     nn.AvgPool2d,
     nn.AdaptiveAvgPool2d,

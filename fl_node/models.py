@@ -27,6 +27,8 @@ import torch
 from opacus.validators import ModuleValidator
 from torch import nn
 
+from fl_node.layers import MaxPool2d
+
 ModelFactory = Callable[..., nn.Module]
 _REGISTRY: dict[str, ModelFactory] = {}
 
@@ -149,11 +151,11 @@ def cnn(
         nn.Conv2d(in_channels, first, 3 if small else 8, stride=1 if small else 2, padding=1 if small else 3),
         *_norm(groups, first),
         activation(act),
-        nn.MaxPool2d(2, 1),
+        MaxPool2d(2, 1),
         nn.Conv2d(first, second, 3 if small else 4, stride=2),
         *_norm(groups, second),
         activation(act),
-        nn.MaxPool2d(2, 1),
+        MaxPool2d(2, 1),
         nn.Flatten(),
     ]
     features = nn.Sequential(*layers)
