@@ -37,7 +37,7 @@ class MaxPool2d(nn.MaxPool2d):
 
 
 def _pair(value) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else tuple(value)  # type: ignore[return-value]
+    return (value, value) if isinstance(value, int) else tuple(value)
 
 
 def _window_max(x: Tensor, size: int, *, dim: int) -> Tensor:
