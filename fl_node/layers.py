@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.utils import _pair
 
 
 class MaxPool2d(nn.MaxPool2d):
@@ -34,10 +35,6 @@ class MaxPool2d(nn.MaxPool2d):
             and not self.ceil_mode
             and not self.return_indices
         )
-
-
-def _pair(value) -> tuple[int, int]:
-    return (value, value) if isinstance(value, int) else tuple(value)
 
 
 def _window_max(x: Tensor, size: int, *, dim: int) -> Tensor:
