@@ -268,12 +268,19 @@ class TcpProxy:
 
     def outage(self, seconds: float) -> None:
         """Go dark for ``seconds`` (blocking), cutting every open connection."""
+        self.go_dark()
+        time.sleep(seconds)
+        self.come_back()
+
+    def go_dark(self) -> None:
+        """Cut every open connection and refuse new ones until ``come_back``."""
         self.dark.set()
         with self._lock:
             sockets = list(self._sockets)
         for sock in sockets:
             self._close(sock)
-        time.sleep(seconds)
+
+    def come_back(self) -> None:
         self.dark.clear()
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ each recovery took.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -163,14 +162,25 @@ def _blocks_with_transactions_after(federation: LocalFederation, since_block: in
 def run_rpc_outage(federation: ProxiedFederation, *, outage_s: float = 10.0) -> dict:
     """The nodes lose the chain's RPC endpoint for ``outage_s`` mid-round, then get it back."""
     job_id = start_job(federation)
-    wait_until(lambda: round_phase(federation, job_id, 1) == "training", 120, "round 1 training")
-    time.sleep(2)  # trainers are training; their submitUpdate comes during or after the outage
+    # The outage starts while a trainer trains round 1, seen in the nodes' own databases: a round
+    # of this job takes about a second on a fast machine, so a fixed wait after the API shows
+    # round 1 training could cut the endpoint as the job's last transaction was sent, and no
+    # transaction would come after it. From here, round 1's update, scores and model are still
+    # to be sent, so the job cannot end while the endpoint is dark.
+    wait_until(
+        lambda: any(training_now(federation, n, job_id, 1) for n in federation.nodes),
+        300,
+        "a node training round 1",
+        every_s=0.02,
+    )
     w3 = chain(federation)  # anvil directly, not through the proxy
-    outage = threading.Thread(target=federation.proxy.outage, args=(outage_s,))
-    outage.start()
-    outage.join()
-    back_at = time.monotonic()
+    federation.proxy.go_dark()
+    time.sleep(outage_s)
+    # Read while still dark: no node can have sent anything since, so every later block holds
+    # a transaction sent after the outage.
     block_at_return = w3.eth.block_number
+    federation.proxy.come_back()
+    back_at = time.monotonic()
     first = wait_until(
         lambda: _blocks_with_transactions_after(federation, block_at_return),
         600,
