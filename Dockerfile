@@ -1,9 +1,10 @@
-# One image for every DeFL process: the node's web server, its Celery worker and its agent.
+# One image for every DeFL process: the node's web server, its Celery worker and its agent
+# (mariadb-client: `manage.py node backup` dumps a MariaDB database with mysqldump).
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DEFL_DATA_DIR=/data
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libmariadb-dev pkg-config gcc nodejs npm \
+    && apt-get install -y --no-install-recommends libmariadb-dev mariadb-client pkg-config gcc nodejs npm \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 # The CPU build of torch first, from PyTorch's CPU index, so nothing pulls a CUDA build.

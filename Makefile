@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMPS := .stamps
 
-.PHONY: demo test lint setup bench clean
+.PHONY: demo test test-fast lint setup bench clean
 
 setup: $(STAMPS)/system $(STAMPS)/venv $(STAMPS)/npm frontend/dist/index.html
 
@@ -13,12 +13,14 @@ $(STAMPS)/system: scripts/system-deps.sh
 	bash scripts/system-deps.sh
 	touch $@
 
-$(STAMPS)/venv: requirements.txt requirements-dev.txt $(STAMPS)/system
+$(STAMPS)/venv: requirements.txt requirements-dev.txt pyproject.toml $(STAMPS)/system
 	@mkdir -p $(STAMPS)
 	test -x $(PY) || python3 -m venv .venv
 	# torch is pinned to the local CPU wheel; installed first so nothing can pull a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements-dev.txt
+	# The project's own package: the `defl` command-line client (pyproject.toml [project.scripts]).
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 $(STAMPS)/npm: package.json package-lock.json
@@ -41,9 +43,17 @@ lint: setup
 	$(PY) -m mypy
 	node contracts/compile.mjs --check
 
+# Everything, as CI runs it (.ci/run): lint, the dashboard's Vitest tests, all of pytest.
 test: setup lint
 	npm --prefix frontend test
 	$(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
+
+# Every day: the unit and in-process tests, no lint (a few minutes on 2 cores). Left out: node
+# processes (e2e), Chromium (browser), MariaDB / Redis / a chain (integration), and the tests that
+# take more than a few seconds (slow); `make test` runs those.
+FAST_MARKS := not e2e and not browser and not integration and not slow
+test-fast: setup
+	$(PY) -m pytest -n 2 --dist loadfile -p no:cacheprovider -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
 
 # The main job: a local federation (anvil, contracts, three node processes) training with DP.
 demo: setup

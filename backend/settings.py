@@ -4,12 +4,14 @@ With nothing set, a node runs on embedded defaults: SQLite, in-process tasks,
 a local chunk directory and an in-process EVM.
 """
 
+import os
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from backend.api.security import serves_https
 from backend.environ_config import env, env_bool, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -31,7 +33,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "backend.nodes.admin_site.NodeAdminConfig",  # django.contrib.admin, its login throttled
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -126,14 +128,18 @@ DEFL_NUM_PROXIES = env_int("DEFL_NUM_PROXIES", 0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "backend.api.authentication.ExpiringTokenAuthentication",
+        "backend.nodes.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "backend.api.schema.NodeAutoSchema",
     "EXCEPTION_HANDLER": "backend.api.exception_handler.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"login_ip": DEFL_LOGIN_RATE_PER_IP, "login_user": DEFL_LOGIN_RATE_PER_USER},
     "NUM_PROXIES": DEFL_NUM_PROXIES,
+    # Bodies are JSON; the views that take files say so (datasets, swarm blobs), so the schema
+    # states each operation's one media type and another is a 415.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 
 # Throttle counters, login lockouts (and anything else a node's processes must agree on) live in
@@ -177,7 +183,13 @@ DEFL_NODE_KEY = env("DEFL_NODE_KEY", "")
 DEFL_KEYSTORE_PATH = env("DEFL_KEYSTORE_PATH", str(DATA_DIR / "keystore.json"))
 DEFL_KEYSTORE_PASSWORD = env("DEFL_KEYSTORE_PASSWORD", "")
 DEFL_CONTRACTS_FILE = env("DEFL_CONTRACTS_FILE", str(DATA_DIR / "contracts.json"))
-DEFL_CONFIRMATIONS = env_int("DEFL_CONFIRMATIONS", 0)
+# Blocks the event indexer stays behind the chain's head; unset: the chain's kind decides
+# (backend/ledger/chains.py default_confirmations: 0 on a development chain that mines at once,
+# a block on a consortium chain of validators, whose forks are resolved within a block).
+DEFL_CONFIRMATIONS: int | None = env_int("DEFL_CONFIRMATIONS", 0) if env("DEFL_CONFIRMATIONS", "") else None
+# The hardfork the contracts are compiled for when `manage.py ledger deploy` deploys them:
+# cancun, shanghai or london (a chain before shanghai, e.g. a Clique consortium, runs london).
+DEFL_EVM_VERSION = env("DEFL_EVM_VERSION", "cancun")
 # Lock files that keep the nonces of this node's processes apart; the admission vote threshold
 # (percent of members) used by `manage.py ledger deploy`; the indexer's polling interval.
 DEFL_LEDGER_LOCK_DIR = env("DEFL_LEDGER_LOCK_DIR", str(DATA_DIR / "locks"))
@@ -228,6 +240,30 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DEFL_MAX_REQUEST_BYTES", 2621440)
 # How this node presents itself on chain (NodeRegistry.registerNode) and in GET /api/node.
 DEFL_NODE_NAME = env("DEFL_NODE_NAME", "defl-node")
 DEFL_NODE_ENDPOINT = env("DEFL_NODE_ENDPOINT", "http://127.0.0.1:8000")
+# Browser security (backend/api/security.py): a node whose endpoint is https:// (DEBUG off) sends
+# its session and CSRF cookies over HTTPS only and HSTS for a year; the loopback development
+# setup (http) keeps plain cookies. Every answer carries a Content-Security-Policy; JSON is gzipped.
+DEFL_SERVES_HTTPS = serves_https(DEFL_NODE_ENDPOINT, DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = DEFL_SERVES_HTTPS
+SECURE_HSTS_SECONDS = 365 * 24 * 3600 if DEFL_SERVES_HTTPS else 0
+if DEFL_NUM_PROXIES:  # a TLS-terminating proxy names the scheme; trusted only when declared
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "backend.api.compression.JsonGZipMiddleware",
+)
+MIDDLEWARE.append("backend.api.security.ContentSecurityPolicyMiddleware")
+CSRF_FAILURE_VIEW = "backend.api.fallback.csrf_failure"  # JSON on /api/ paths, Django's page elsewhere
+# The schema states every error status and bounds record ids in paths (backend/api/schema.py);
+# a request's shape apart from its answer's (an uploaded file is binary, not a URL).
+SPECTACULAR_SETTINGS["COMPONENT_SPLIT_REQUEST"] = True
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {})["ApiTokenKindEnum"] = (
+    "backend.nodes.models.ApiToken.Kind"
+)
+SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
+    "drf_spectacular.hooks.postprocess_schema_enums",
+    "backend.api.schema.bounded_path_ids",
+]
 
 # --- Jobs: the round driver (backend/jobs) ---
 # Seconds between the agent's full ticks when no block comes: a new block triggers one at once
@@ -238,6 +274,9 @@ DEFL_AGENT_INTERVAL = float(env("DEFL_AGENT_INTERVAL", "2.0"))
 DEFL_AGENT_POLL = float(env("DEFL_AGENT_POLL", "0.05"))
 # Test hook only: this node's trainer attacks (an fl_node.attacks name, e.g. label_flip).
 DEFL_ATTACK = env("DEFL_ATTACK", "")
+# Test hook only: while a file exists at this path, this node, as the first seat of a new
+# committee, holds its vote (tests/faults kill a proposer that has not proposed yet).
+DEFL_HOLD_PROPOSALS_FILE = env("DEFL_HOLD_PROPOSALS_FILE", "")
 # A committee member in seat s proposes the global model after s times this many seconds.
 DEFL_PROPOSER_FALLBACK_S = float(env("DEFL_PROPOSER_FALLBACK_S", "20"))
 # How long a claimed round action blocks a repeat, and the pause before a failed one is retried.
@@ -288,3 +327,22 @@ SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
         "WorkerStateEnum": "backend.cluster.models.Worker.State",
     }
 )
+
+# --- Operations (backend/monitoring, docs/OPERATIONS.md): metrics, health, logs ---
+# GET /metrics answers a scraper presenting `Authorization: Bearer <DEFL_METRICS_TOKEN>` (when set),
+# or one whose address is in DEFL_METRICS_ALLOWED_NETS (CIDRs; loopback by default); others get 403.
+DEFL_METRICS_TOKEN = env("DEFL_METRICS_TOKEN", "")
+DEFL_METRICS_ALLOWED_NETS = env_list("DEFL_METRICS_ALLOWED_NETS", ["127.0.0.1/32", "::1/128"])
+# Where this node's processes (web, agent, worker) keep their counters for the scrape to sum: the
+# client library's multiprocess mode, chosen before anything imports it, one directory per node.
+DEFL_METRICS_DIR = Path(env("DEFL_METRICS_DIR", str(DATA_DIR / "metrics")))
+DEFL_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(DEFL_METRICS_DIR)
+MIDDLEWARE.insert(0, "backend.monitoring.middleware.RequestMetricsMiddleware")
+# Logs: "text" (one line each) or "json" (one JSON object per line); both name the node, and the
+# job, round and action a line belongs to. DEFL_LOG_LEVEL: DEBUG, INFO, WARNING (default), ERROR.
+DEFL_LOG_FORMAT = env("DEFL_LOG_FORMAT", "text")
+DEFL_LOG_LEVEL = env("DEFL_LOG_LEVEL", "WARNING").upper()
+from backend.telemetry.logs import logging_config  # noqa: E402 (needs the two settings above)
+
+LOGGING = logging_config(DEFL_LOG_FORMAT, DEFL_LOG_LEVEL)

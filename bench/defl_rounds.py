@@ -50,6 +50,8 @@ class JobSettings:
     partition: str = "iid"
     seed: int = 0
     agent_interval: float | None = None  # None: the nodes' default (backend.settings)
+    chain: str = "anvil"  # or "consortium": a Clique validator per node (devnet/localnet.py)
+    block_time: float | None = None  # seconds between blocks; None: anvil mines at once (consortium: 2)
 
     @property
     def trainers(self) -> int:
@@ -113,7 +115,14 @@ def run_job(settings: JobSettings, *, log=print, root: Path | None = None) -> Jo
     specs = [NodeSpec(name=f"org-{chr(ord('a') + i)}") for i in range(settings.nodes)]
     with tempfile.TemporaryDirectory(prefix="defl-bench-") as scratch:
         federation = LocalFederation(
-            root or Path(scratch), specs, log=log, agent_interval=settings.agent_interval
+            root or Path(scratch),
+            specs,
+            log=log,
+            agent_interval=settings.agent_interval,
+            chain=settings.chain,
+            block_time=settings.block_time,
+            # the development flag only where the production rule (odd, at least 3) refuses the job
+            allow_small_committees=settings.committee < 3 or settings.committee % 2 == 0,
         )
         with federation:
             splits, parts = partitions(settings)

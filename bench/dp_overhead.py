@@ -54,15 +54,13 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fl_node.data import load_dataset  # noqa: E402
-from fl_node.dp_engine import BookKeepingDP  # noqa: E402
-from fl_node.models import create_model  # noqa: E402
-from fl_node.secure_random import SecureRandom, poisson_batches  # noqa: E402
-from fl_node.train import (  # noqa: E402
+from fl_node.dp_sgd import (  # noqa: E402
     DEFAULT_GRAD_SAMPLE_MODE,
     GRAD_SAMPLE_MODES,
-    OPACUS_GRAD_SAMPLE_MODES,
-    SecretNoiseDPOptimizer,
+    dp_gradient,
 )
+from fl_node.models import create_model  # noqa: E402
+from fl_node.secure_random import SecureRandom, poisson_batches  # noqa: E402
 
 Step = Callable[[], None]
 # Every DP side draws its Poisson mask and noise from the secret stream train_local uses; one
@@ -96,33 +94,14 @@ def plain_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
 
 
 def dp_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) -> Step:
-    wrapped = prepare_module(model, mode)
-    randomness = SecureRandom(NOISE_KEY)
-    batches = poisson_batches(randomness.fork("poisson"), POISSON_POPULATION, len(y) / POISSON_POPULATION)
-    optimizer = SecretNoiseDPOptimizer(
-        torch.optim.SGD(wrapped.parameters(), lr=0.05, momentum=0.9),
-        noise_multiplier=1.0,
-        max_grad_norm=1.0,
-        expected_batch_size=len(y),
-        randomness=randomness.fork("noise"),
-    )
-
-    def step() -> None:
-        next(batches)  # the step's Poisson batch, as train_local draws it (the bench trains on x, y)
-        optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(wrapped(x), y).backward()
-        optimizer.step()
-
-    return step
-
-
-def bk_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Step:
-    """fl_node.dp_engine, as train_local runs it: mean loss, clipped sum + noise / expected batch size."""
+    """A DP step of ``mode``'s engine (fl_node.dp_sgd) as train_local runs it: the engine's forward,
+    the mean loss's backward, the clipped sum + noise / expected batch size, the SGD step."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     randomness = SecureRandom(NOISE_KEY)
     batches = poisson_batches(randomness.fork("poisson"), POISSON_POPULATION, len(y) / POISSON_POPULATION)
-    engine = BookKeepingDP(
+    engine = dp_gradient(
         model,
+        mode,
         noise_multiplier=1.0,
         max_grad_norm=1.0,
         expected_batch_size=len(y),
@@ -148,7 +127,7 @@ def max_abs_diffs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[st
 
     def gradients(mode: str, model_: nn.Module, x_: torch.Tensor) -> list[torch.Tensor]:
         model_ = copy.deepcopy(model_)
-        step = bk_step(model_, x_, y) if mode == "bk" else dp_step(model_, x_, y, mode)
+        step = dp_step(model_, x_, y, mode)
         step()
         return [p.grad.detach().clone() for p in model_.parameters()]
 
@@ -214,9 +193,7 @@ def bench_config(
         base = base.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     plain = plain_step(copy.deepcopy(base), x, y)
-    steps = {"bk": bk_step(copy.deepcopy(base), x, y)}
-    for mode in OPACUS_GRAD_SAMPLE_MODES:
-        steps[mode] = dp_step(copy.deepcopy(base), x, y, mode)
+    steps = {mode: dp_step(copy.deepcopy(base), x, y, mode) for mode in GRAD_SAMPLE_MODES}
     steps["ghost"] = ghost_step(copy.deepcopy(base), x, y)
     ratios: dict[str, list[float]] = {mode: [] for mode in steps}
     cpu_ratios: dict[str, list[float]] = {mode: [] for mode in steps}

@@ -41,7 +41,7 @@ def install_command() -> list[str]:
 
 
 def job_config(settings: dict):
-    from backend.jobs.config import DPConfig, JobConfig
+    from fl_node.job.config import DPConfig, JobConfig
 
     dp = (
         {"mode": "none"}
@@ -54,7 +54,7 @@ def job_config(settings: dict):
         }
     )
     trainers = settings["nodes"] - settings["committee"]
-    # What backend.jobs.services builds from the benchmark's create request (bench/defl_rounds.py).
+    # What backend.jobs_api.services builds from the benchmark's create request (bench/defl_rounds.py).
     return JobConfig(
         name="bench",
         model=settings["model"],
@@ -83,6 +83,8 @@ def main(settings: dict) -> dict:
     from flwr.simulation import start_simulation
 
     from fl_node.data import load_dataset, stratified_split
+    from fl_node.job import training
+    from fl_node.job.plan import participant_plan, scores_per_round
     from fl_node.models import create_model
     from fl_node.partition import partition
     from fl_node.train import evaluate, train_local
@@ -97,7 +99,7 @@ def main(settings: dict) -> dict:
         data = splits.train.subset(p)
         train_idx, _ = stratified_split(data.y, (1 - config.val_fraction, config.val_fraction), seed=i)
         train_parts.append(data.subset(np.sort(train_idx)))
-    initial = config.build_model()
+    initial = training.build_model(config)
     keys = list(initial.state_dict())
 
     def to_state(arrays) -> dict:
@@ -113,14 +115,17 @@ def main(settings: dict) -> dict:
         def fit(self, parameters, fit_config):
             torch.set_num_threads(1)
             round_ = int(fit_config["round"])
-            seed = config.seed * 1_000_003 + round_ * 1009 + self.index  # DeFL's trainer.round_seed
-            model = config.build_model()
+            seed = training.round_seed(config, round_, self.index)  # DeFL's trainer's seed
+            model = training.build_model(config)
             data = train_parts[self.index]
             # The same plan as a DeFL node's (its noise, its secret randomness by default).
-            plan = config.privacy_plan(
-                num_train=len(data), num_records=record_counts[self.index], scores_per_round=trainers
+            plan = participant_plan(
+                config,
+                samples=record_counts[self.index],
+                public_holdout=False,
+                scores_per_round=scores_per_round(settings["nodes"], settings["committee"]),
             )
-            train_local(model, to_state(parameters), data, config.train_config(seed, plan))
+            train_local(model, to_state(parameters), data, training.train_config(config, seed, plan))
             return to_arrays(model.state_dict()), len(train_parts[self.index]), {}
 
     def client_fn(context):

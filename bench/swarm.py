@@ -120,6 +120,13 @@ def self_cpu_s() -> float:
     return usage.user + usage.system
 
 
+def put_file(swarm: Swarm, path: Path):
+    """Upload the file at ``path`` as a stream (Swarm.put takes bytes or a binary stream, never
+    a path); returns its reference."""
+    with path.open("rb") as stream:
+        return swarm.put(stream)
+
+
 def download(swarm: Swarm, reference, out: Path) -> None:
     with open(out, "wb") as f:
         swarm.get(reference, f, max_bytes=1 << 40)
@@ -138,7 +145,7 @@ def child_main(args: argparse.Namespace) -> None:
     """One upload or download in a fresh process; prints its peak RSS (and the reference)."""
     swarm = node_swarm(NodeProcess(args.node_dir, private_key=args.key), args.peers, 3)
     if args.child == "upload":
-        result = str(swarm.put(Path(args.path)))
+        result = str(put_file(swarm, Path(args.path)))
     else:
         download(swarm, args.reference, Path(args.path))
         result = ""
@@ -166,7 +173,7 @@ def chunk_sweep(work: Path, blob: Path, size_mb: int) -> dict[str, float]:
     for chunk_size in (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20):
         node = NodeProcess(work / f"sweep-{chunk_size}")
         swarm = node_swarm(node, "", 1, chunk_size)
-        rates[f"{chunk_size >> 10}KiB"] = round(size_mb / timed(lambda s=swarm: s.put(blob)), 1)
+        rates[f"{chunk_size >> 10}KiB"] = round(size_mb / timed(lambda s=swarm: put_file(s, blob)), 1)
         swarm.close()
         shutil.rmtree(node.data_dir)
     return rates
@@ -192,8 +199,15 @@ def main() -> None:
         child_main(args)
         return
 
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="swarm-bench-", dir=Path.cwd() / "var"))
-    work.mkdir(parents=True, exist_ok=True)
+    if args.workdir:
+        work = Path(args.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        # Under the repository's var/, on the disk a node's chunk store would use (a tmpfs /tmp
+        # would time memory, and refuses the store's O_DIRECT writes); a fresh clone has no var/.
+        scratch = Path(__file__).resolve().parents[1] / "var"
+        scratch.mkdir(exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="swarm-bench-", dir=scratch))
     size = args.size_mb
     blob = work / "blob.bin"
     make_blob(blob, size)
@@ -208,7 +222,7 @@ def main() -> None:
         solo = NodeProcess(work / "solo")
         swarm = node_swarm(solo, "", 1)
         holder = {}
-        up1 = size / timed(lambda: holder.setdefault("ref", swarm.put(blob)))
+        up1 = size / timed(lambda: holder.setdefault("ref", put_file(swarm, blob)))
         down1 = size / timed(lambda: download(swarm, holder["ref"], work / "out1.bin"))
         swarm.close()
         print(f"R=1 upload {up1:.0f} MB/s, download {down1:.0f} MB/s, copy {copy:.0f} MB/s", file=sys.stderr)
@@ -221,7 +235,7 @@ def main() -> None:
         a, d = node_swarm(nodes[0], peers, 3), node_swarm(nodes[3], peers, 3)
         pids = [n.process.pid for n in nodes if n.process is not None]
         cpu_before = self_cpu_s() + process_tree_cpu_s(pids)
-        up3 = size / timed(lambda: holder.__setitem__("ref3", a.put(blob)))
+        up3 = size / timed(lambda: holder.__setitem__("ref3", put_file(a, blob)))
         cpu_upload = self_cpu_s() + process_tree_cpu_s(pids) - cpu_before
         core_s_per_gb = cpu_upload / (size * MB / 1e9)
         print(f"R=3 upload: {core_s_per_gb:.2f} core-s per GB (goal <= 6)", file=sys.stderr)

@@ -1,6 +1,7 @@
 """``make demo``: a local federation of three organizations training one model with DP.
 
-Starts an anvil chain, deploys the contracts, starts three node processes (each with its own
+Starts a chain (an anvil, or with ``--chain consortium`` one Clique validator per organization,
+each node talking to its own), deploys the contracts, starts three node processes (each with its own
 SQLite database, chunk directory and key), uploads three data providers' partitions of the
 MNIST subset (encrypted before they leave each node), creates a job through the REST API
 (DP-SGD at epsilon 3, committee of 1), follows it round by round, then prints the dashboard
@@ -102,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--partition", default="iid")
+    parser.add_argument(
+        "--chain",
+        choices=("anvil", "consortium"),
+        default="anvil",
+        help="anvil: one local development chain; consortium: one Clique validator per organization "
+        "(the EthereumJS client), each node talking to its own",
+    )
+    parser.add_argument(
+        "--block-time",
+        type=float,
+        default=None,
+        help="seconds between blocks (anvil: at once; consortium: 2)",
+    )
     parser.add_argument("--root", type=Path, default=Path("var/demo"))
     parser.add_argument("--exit-when-done", action="store_true", help="stop the nodes when the job ends")
     args = parser.parse_args(argv)
@@ -120,7 +134,20 @@ def main(argv: list[str] | None = None) -> int:
             f"note: a committee of {args.committee} is below the production rule (odd, at least 3): "
             "the contracts are deployed with the DEVELOPMENT flag allowSmallCommittees"
         )
-    federation = LocalFederation(args.root, specs, log=console.print, allow_small_committees=small)
+    if args.block_time is not None and not (0 <= args.block_time <= 60):
+        console.print("error: --block-time must be between 0 and 60 seconds")
+        return 2
+    if args.chain == "consortium" and args.block_time is not None and args.block_time < 1:
+        console.print("error: a consortium's Clique block time is at least 1 second")
+        return 2
+    federation = LocalFederation(
+        args.root,
+        specs,
+        log=console.print,
+        allow_small_committees=small,
+        chain=args.chain,
+        block_time=args.block_time or None,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -145,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             if not federation.wait_prepared(job_id):
                 console.print("not every node prepared the first round in time; starting anyway")
             federation.start_job(federation.nodes[0], job_id)
-            console.print("job started; its first committee was drawn on chain")
+            console.print("job started: each node reveals the draw secret it committed to when it joined")
+            drawn = federation.wait_drawn(job_id)
+            console.print(
+                "first committee drawn on chain from the revealed secrets: "
+                + (", ".join(a[:10] for a in drawn["committee"]) or f"none (the job {drawn['status']})")
+            )
             final = federation.wait_for_job(job_id, on_progress=RoundPrinter(console))
             _summary(console, federation, job_id, final)
             if not args.exit_when_done:

@@ -1,4 +1,9 @@
-"""A local federation on one machine: an anvil chain, the contracts, and N node processes.
+"""A local federation on one machine: a chain, the contracts, and N node processes.
+
+The chain is one anvil (``chain="anvil"``, the default: every node talks to it, blocks at once or
+every ``block_time`` s) or a consortium (``chain="consortium"``): one Clique validator per
+organization (devnet/clique.py, the EthereumJS client), each node's processes talking to their
+own organization's validator only, the contracts compiled for london.
 
 Each node is what an organization runs (web server + agent, plus a Celery worker when it
 has a broker), with its own database, chunk directory and key; the nodes meet only on the
@@ -29,10 +34,12 @@ import numpy as np
 import requests
 
 from devnet.anvil import AnvilProcess
+from devnet.clique import CliqueError, CliqueNetwork
 from devnet.process import REPO_ROOT, NodeProcess
 
 OPERATOR = "operator"
 TERMINAL = {"finished", "failed", "cancelled"}
+CHAINS = ("anvil", "consortium")
 
 
 @dataclass(frozen=True)
@@ -121,32 +128,46 @@ class LocalFederation:
         default_factory=lambda: os.environ.get("DEFL_DEMO_PASSWORD") or secrets.token_urlsafe(9)
     )
     log: Callable[[str], None] = print
+    # "anvil": one shared anvil; "consortium": a Clique validator per organization (module doc).
+    chain: str = "anvil"
+    # Seconds between blocks: anvil's --block-time (None: a block per transaction), the
+    # consortium's Clique period (None: 2 s).
+    block_time: float | None = None
     anvil: AnvilProcess | None = None
+    clique: CliqueNetwork | None = None
     nodes: list[LocalNode] = field(default_factory=list)
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> LocalFederation:
+        if self.chain not in CHAINS:
+            raise ValueError(f"chain must be one of {', '.join(CHAINS)}, not {self.chain!r}")
         self.root = Path(self.root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.anvil = AnvilProcess().start()
-        self.log(f"chain: anvil at {self.anvil.url}")
         contracts = self.root / "contracts.json"
-        for i, spec in enumerate(self.specs):
+        for spec in self.specs:
             web = NodeProcess(self.root / spec.name, env=self._node_env(spec, contracts))
             web.extra_env["DEFL_NODE_ENDPOINT"] = web.url
             self.nodes.append(LocalNode(spec, web))
-            self._prepare_database(self.nodes[-1], i)
+        for node, url in zip(self.nodes, self._start_chain(), strict=True):
+            node.web.extra_env["DEFL_CHAIN_URL"] = url
+        for i, node in enumerate(self.nodes):
+            self._prepare_database(node, i)
         first = self.nodes[0]
         first.web.manage(
             "ledger", "deploy", *(["--allow-small-committees"] if self.allow_small_committees else [])
         )
         small = ", development flag: small committees allowed" if self.allow_small_committees else ""
         self.log(f"contracts deployed ({contracts}{small})")
+        # Each organization reads the chain from its own validator: what one did must have reached
+        # every validator before the next acts on it (anvil: at once).
+        self.wait_chain_settled()
         for i, node in enumerate(self.nodes):
             node.web.manage("node", "init")
             for voter in self.nodes[:i]:  # the members vote the applicant in
+                self.wait_chain_settled()
                 voter.web.manage("node", "admit", node.address)
+            self.wait_chain_settled()
             out = node.web.manage(
                 "node", "adduser", OPERATOR, "--role", "operator", "--password-env", "DEFL_DEMO_PASSWORD"
             ).stdout
@@ -172,6 +193,61 @@ class LocalFederation:
                 _mariadb_execute(self.mariadb_url, f"DROP DATABASE IF EXISTS `{node.database_name}`")
         if self.anvil is not None:
             self.anvil.stop()
+        if self.clique is not None:
+            self.clique.stop()
+
+    def _start_chain(self) -> list[str]:
+        """Start the chain; each node's own JSON-RPC endpoint, in node order."""
+        if self.chain == "consortium":
+            # A lagging in-turn validator that catches up as the next in line fills its turn
+            # seals a second block of the same height, and this client never leaves a fork it
+            # sealed itself (docs/ARCHITECTURE.md, "consortium chain"): a start whose validators
+            # do not settle on one head is stopped and a fresh chain started once more.
+            for attempt in (1, 2):
+                try:
+                    self.clique = CliqueNetwork(
+                        self.root / ("chain" if attempt == 1 else f"chain-{attempt}"),
+                        validators_count=len(self.nodes),
+                        block_time=int(self.block_time or 2),
+                        funded=[node.address for node in self.nodes],  # gas money: no faucet RPC on it
+                        log=self.log,
+                    ).start()
+                    break
+                except CliqueError as exc:
+                    if attempt == 2:
+                        raise
+                    self.log(f"the validators did not settle on one head ({exc}); a fresh chain")
+            assert self.clique is not None
+            return self.clique.urls  # organization i's validator, for node i alone
+        self.anvil = AnvilProcess(block_time=self.block_time).start()
+        every = f", a block every {self.block_time:g} s" if self.block_time else ""
+        self.log(f"chain: anvil at {self.anvil.url}{every}")
+        return [self.anvil.url] * len(self.nodes)
+
+    def wait_chain_settled(self, timeout_s: float = 120, extra_blocks: int = 0) -> None:
+        """Wait until every organization's validator holds the newest block any of them had
+        when called, and ``extra_blocks`` more (a no-op on the one anvil)."""
+        if self.clique is None:
+            return
+        validators = [v for v in self.clique.validators if v.running]
+        deadline = time.monotonic() + timeout_s
+        target: int | None = None
+        while time.monotonic() < deadline:
+            try:  # a loaded validator may drop a connection: ask again
+                heads = [v.head() for v in validators]
+            except OSError:
+                time.sleep(0.5)
+                continue
+            target = max(heads) + extra_blocks if target is None else target
+            if min(heads) >= target:
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"the validators did not all reach block {target} in {timeout_s:.0f}s")
+
+    @property
+    def chain_urls(self) -> list[str]:
+        """Each node's own chain endpoint (the same anvil for all, or its organization's validator)."""
+        return [node.web.extra_env["DEFL_CHAIN_URL"] for node in self.nodes]
 
     def __enter__(self) -> LocalFederation:
         try:
@@ -184,9 +260,7 @@ class LocalFederation:
         self.stop()
 
     def _node_env(self, spec: NodeSpec, contracts: Path) -> dict[str, str]:
-        assert self.anvil is not None
         env = {
-            "DEFL_CHAIN_URL": self.anvil.url,
             "DEFL_CONTRACTS_FILE": str(contracts),
             "DEFL_NODE_NAME": spec.name,
             "DEFL_DEMO_PASSWORD": self.password,
@@ -197,6 +271,8 @@ class LocalFederation:
             env["DEFL_AGENT_INTERVAL"] = env["DEFL_INDEXER_INTERVAL"] = str(self.agent_interval)
         if spec.attack:
             env["DEFL_ATTACK"] = spec.attack
+        if self.chain == "consortium":
+            env["DEFL_EVM_VERSION"] = "london"  # the EthereumJS client's Clique stops before the merge
         return env
 
     def _prepare_database(self, node: LocalNode, index: int) -> None:
@@ -233,7 +309,10 @@ class LocalFederation:
         classes: Sequence[int],
         epsilon_cap: float,
         delta: float = 1e-5,
+        disjoint: bool = False,
     ) -> dict:
+        """Upload a dataset to ``node``; ``disjoint``: its provider declares it shares no record with
+        the node's other datasets, so it gets a privacy budget of its own (else it shares theirs)."""
         buffer = io.BytesIO()
         np.savez(buffer, x=x, y=y)
         data = {
@@ -242,6 +321,7 @@ class LocalFederation:
             "epsilon_cap": epsilon_cap,
             "delta": delta,
             "classes": ",".join(str(c) for c in classes),
+            "disjoint": "true" if disjoint else "false",
         }
         files = {"file": (f"{name}.npz", buffer.getvalue(), "application/octet-stream")}
         response = node.api().post(f"{node.url}/api/datasets", data=data, files=files, timeout=120)
@@ -249,6 +329,10 @@ class LocalFederation:
         return response.json()
 
     def create_job(self, node: LocalNode, payload: dict) -> dict:
+        # The proposer's checks read the members' datasets from its mirror, which stays
+        # DEFL_CONFIRMATIONS (1) behind its own validator's head on a consortium chain: every
+        # validator one block past the newest registration first (a no-op on anvil).
+        self.wait_chain_settled(extra_blocks=2)
         response = node.api().post(f"{node.url}/api/jobs", json=payload, timeout=120)
         _raise_for(response)
         return response.json()
@@ -280,9 +364,29 @@ class LocalFederation:
         return not waiting
 
     def start_job(self, node: LocalNode, job_id: int) -> dict:
+        # On a consortium each organization reads its own validator: the proposer's must hold every
+        # join, a block past it (its confirmation), before the start counts the participants.
+        self.wait_chain_settled(extra_blocks=1)
         response = node.api().post(f"{node.url}/api/jobs/{job_id}/start", json={}, timeout=120)
         _raise_for(response)
         return response.json()
+
+    def wait_drawn(self, job_id: int, *, node: LocalNode | None = None, timeout_s: float = 300) -> dict:
+        """The job as ``node`` (the first by default) mirrors it once its first committee is drawn.
+
+        Starting a job only opens the draw: each participant's agent reveals the secret it committed
+        to at join, and the last reveal (or anyone after the reveal deadline) draws the committee;
+        until then no one, the proposer included, knows who sits. A job that ended instead (too few
+        revealed: failed) is returned as it is."""
+        node = node or self.nodes[0]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(node, job_id)
+            if job["status"] not in ("open", "drawing"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id}'s first committee was not drawn within {timeout_s:.0f}s")
+            time.sleep(0.5)
 
     def job(self, node: LocalNode, job_id: int) -> dict:
         response = node.api().get(f"{node.url}/api/jobs/{job_id}", timeout=30)
@@ -316,9 +420,17 @@ class LocalFederation:
         raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f}s")
 
     def _all_nodes_recorded(self, job_id: int, total_rounds: int) -> bool:
+        """Every node lists the job's rounds (as many as the first node, which saw the job end) and
+        has measured the last fixed model. Fewer than ``total_rounds`` when an aggregation was
+        skipped: the round after it is void (it never opens), and a skipped round fixes no model."""
+        listed: int | None = None
         for node in self.nodes:
             rounds = self.rounds(node, job_id)
-            if len(rounds) < total_rounds or rounds[-1].get("metrics") is None:
+            listed = len(rounds) if listed is None else listed
+            fixed = [r for r in rounds if r.get("global_model")]
+            if not rounds or len(rounds) < min(listed, total_rounds):
+                return False
+            if fixed and fixed[-1].get("metrics") is None:
                 return False
         return True
 

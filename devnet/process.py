@@ -31,6 +31,15 @@ from devnet.anvil import free_port
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+class ManageError(subprocess.CalledProcessError):
+    """A manage.py command that failed, shown with the end of what it said (a bare exit status
+    hid why a federation did not come up)."""
+
+    def __str__(self) -> str:
+        said = (self.stderr or self.stdout or "").strip()[-1500:]
+        return f"{super().__str__()}\n{said}"
+
+
 class NodeProcess:
     def __init__(
         self,
@@ -84,27 +93,29 @@ class NodeProcess:
     def manage(
         self, *args: str, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``manage.py ARGS`` as this node."""
-        return subprocess.run(
+        """Run ``manage.py ARGS`` as this node; with ``check``, a failure raises ManageError."""
+        done = subprocess.run(
             [sys.executable, str(REPO_ROOT / "manage.py"), *args],
             cwd=REPO_ROOT,
             env=self.environ(),
             capture_output=True,
             text=True,
-            check=check,
             timeout=timeout,
         )
+        if check and done.returncode != 0:
+            raise ManageError(done.returncode, done.args, done.stdout, done.stderr)
+        return done
 
     def migrate(self) -> None:
         # --skip-checks: the checks import every view (and torch), seconds a call; `check` covers them.
         self.manage("migrate", "--noinput", "--skip-checks")
 
     def api_token(self, username: str = "tester") -> str:
-        """Create a user in this node's database and return a DRF token for it."""
+        """Create a user in this node's database and return a new API token (a script's) for it."""
         code = (
-            "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+            "from django.contrib.auth import get_user_model; from backend.nodes.accounts import api_token; "
             f"u, _ = get_user_model().objects.get_or_create(username={username!r}); "
-            "print(Token.objects.get_or_create(user=u)[0].key)"
+            "print(api_token(u, 'devnet'))"
         )
         return self.manage("shell", "-c", code).stdout.strip().splitlines()[-1]
 

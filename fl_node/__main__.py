@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--delta", type=float, default=1e-5)
     sim.add_argument("--dp-mode", default="sgd", choices=["sgd", "update"])
     sim.add_argument("--committee", type=int, default=2)
-    sim.add_argument("--top-k", type=int, default=None)
+    sim.add_argument("--top-k", type=int, default=None, help="default: the job's (3)")
     sim.add_argument("--strategy", default="fedavg")
     sim.add_argument(
         "--attack", default=None, help="label_flip, sign_flip, gaussian or free_rider, as NAME:FRACTION"
@@ -60,28 +60,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _simulate(args: argparse.Namespace, console: Console) -> int:
+    from fl_node.job.config import DPConfig
     from fl_node.plot import plot_rounds
-    from fl_node.simulate import SimulationConfig, run_simulation
+    from fl_node.simulate import run_simulation, simulation
 
-    config = SimulationConfig(
-        dataset=args.dataset,
+    dp = (
+        DPConfig(
+            mode=args.dp_mode, target_epsilon=args.epsilon, delta=args.delta, max_grad_norm=args.max_grad_norm
+        )
+        if args.epsilon is not None
+        else DPConfig(mode="none")
+    )
+    job = {"top_k": args.top_k} if args.top_k is not None else {}
+    config = simulation(
+        args.dataset,
         model=args.model,
         nodes=args.nodes,
         partition=args.partition,
-        rounds=args.rounds,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        dp_mode=args.dp_mode,
-        committee=args.committee,
-        top_k=args.top_k,
-        strategy=args.strategy,
         attack=args.attack,
+        # The job every simulated node runs (fl_node.job.config.JobConfig's fields).
+        rounds=args.rounds,
+        dp=dp,
+        committee_size=args.committee,
+        strategy=args.strategy,
         local_epochs=args.local_epochs,
         batch_size=args.batch_size,
         lr=args.lr if args.lr is not None else (DP_LR if args.epsilon is not None else PLAIN_LR),
         momentum=args.momentum,
-        max_grad_norm=args.max_grad_norm,
         seed=args.seed,
+        **job,
     )
     columns = (
         TextColumn("[bold]round"),
@@ -90,7 +97,7 @@ def _simulate(args: argparse.Namespace, console: Console) -> int:
         TextColumn("{task.fields[status]}"),
     )
     with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("rounds", total=config.rounds, status="training")
+        task = progress.add_task("rounds", total=config.job.rounds, status="training")
 
         def on_round(record) -> None:
             rejected = sum(not u.accepted for u in record.updates)

@@ -39,6 +39,11 @@ Algorithms:
   a different order on another CPU, changing the last bits of a distance, which
   could only change the choice between two updates at a near-exact tie (ties
   are broken by id). The averaging itself is exact as above.
+* Bounded influence (:func:`bounded_weights`) — a sample count is what a trainer claims (at most
+  its registered dataset size, which its registrant declares), so a weight from it alone lets one
+  member make FedAvg return its own update. Each update's share is capped at the job's
+  ``max_share_bp`` and the rest water-filled over the others in proportion to their samples, in
+  integers: every node gets the same weights.
 * Hybrid — dense tensors as FedAvg; row-sparse tensors (embeddings) average each
   row only over the updates that touched it, weighted by those updates'
   samples, as in sparse federated NLP (e.g. Niu et al. 2020, sub-model FL), or,
@@ -66,6 +71,10 @@ CHUNK = 1 << 15
 SORT_CHUNK = 1 << 14  # the sorting network keeps n + 2 chunk buffers live
 
 State = dict[str, Tensor]
+
+
+# A share of an aggregate in basis points: 10000 is the whole (no cap).
+MAX_SHARE_BP = 10_000
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,35 @@ def weighted_sum(
         if offset_flat is not None:
             acc.add_(offset_flat[start:stop])
     return out
+
+
+def bounded_weights(samples: Sequence[int], max_share_bp: int) -> list[int]:
+    """Integer weights whose shares are those of ``samples``, water-filled so that none is above
+    ``max_share_bp`` basis points: the largest are capped at the cap one by one while any share is
+    above it, and what is left is split over the rest in proportion to their samples. When the cap
+    cannot be met (``n * max_share_bp <= 10000``: n shares of at most the cap sum to less than the
+    whole) every update gets the same weight, ``1 / n``. Integer arithmetic only: every node gets
+    the same weights, whatever the order of ``samples``."""
+    if type(max_share_bp) is not int or not 1 <= max_share_bp <= MAX_SHARE_BP:
+        raise ValueError(f"max_share_bp must be an integer in [1, {MAX_SHARE_BP}], got {max_share_bp!r}")
+    if any(type(w) is not int or w <= 0 for w in samples):
+        raise ValueError("sample counts must be positive integers")
+    n = len(samples)
+    if n * max_share_bp <= MAX_SHARE_BP:
+        return [1] * n
+    capped: set[int] = set()
+    while True:
+        free = [i for i in range(n) if i not in capped]
+        total = sum(samples[i] for i in free)
+        left = MAX_SHARE_BP - len(capped) * max_share_bp  # basis points the free updates share
+        largest = max(free, key=lambda i: samples[i])
+        # Its share, samples * left / (total * 10000), above the cap's max_share_bp / 10000:
+        if samples[largest] * left <= max_share_bp * total:
+            break
+        capped.add(largest)
+    # Shares over the common denominator total * 10000: a free update samples * left, a capped one
+    # max_share_bp * total.
+    return [max_share_bp * total if i in capped else samples[i] * left for i in range(n)]
 
 
 def weighted_mean(

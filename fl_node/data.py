@@ -15,72 +15,28 @@ Three sources, all available offline:
   large (the workload of embedding-heavy models under DP-SGD).
 
 Images are float32 in [0, 1] with shape ``(N, 1, H, W)``; text is int64 token ids
-with shape ``(N, seq_len)``; labels are int64. Every split is a pure function
-of ``seed``.
+with shape ``(N, seq_len)``; labels are int64. Every split of these public benchmark
+datasets is a pure function of ``seed``.
+
+A provider's own dataset is split differently (:func:`keyed_split`): each record's side
+depends only on that record and a secret of the provider's node, so a dataset with one record
+more is split exactly as before, plus that record on one side (differential privacy protects
+neighbouring datasets only while their splits are neighbours too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import hashlib
+import hmac
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import lru_cache
-from typing import NotRequired, TypedDict
 
 import numpy as np
 import torch
-from torch.utils.data import TensorDataset
 
-
-@dataclass(frozen=True)
-class ArrayDataset:
-    """Features and labels as numpy arrays, indexed together."""
-
-    x: np.ndarray
-    y: np.ndarray
-
-    def __post_init__(self) -> None:
-        if len(self.x) != len(self.y):
-            raise ValueError(f"x has {len(self.x)} rows but y has {len(self.y)}")
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    def subset(self, indices: np.ndarray) -> ArrayDataset:
-        return ArrayDataset(self.x[indices], self.y[indices])
-
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(self.x), torch.from_numpy(self.y)
-
-    def to_torch(self) -> TensorDataset:
-        return TensorDataset(*self.tensors())
-
-
-class ModelKwargs(TypedDict):
-    """What ``models.create_model`` needs to know of the data."""
-
-    input_shape: tuple[int, ...]
-    num_classes: int
-    vocab_size: NotRequired[int]
-
-
-@dataclass(frozen=True)
-class DatasetSplits:
-    """Train / validation / test parts of one dataset plus what a model needs to know."""
-
-    name: str
-    train: ArrayDataset
-    val: ArrayDataset
-    test: ArrayDataset
-    num_classes: int
-    input_shape: tuple[int, ...]
-    vocab_size: int | None = None
-
-    def model_kwargs(self) -> ModelKwargs:
-        """Keyword arguments for ``models.create_model`` that describe this data."""
-        kwargs: ModelKwargs = {"input_shape": self.input_shape, "num_classes": self.num_classes}
-        if self.vocab_size is not None:
-            kwargs["vocab_size"] = self.vocab_size
-        return kwargs
+from fl_node import text
+from fl_node.arrays import ArrayDataset, DatasetSplits, stratified_split, zipf_probabilities
 
 
 def map_features(
@@ -127,19 +83,93 @@ def load_dataset(name: str, *, seed: int = 0, **options: object) -> DatasetSplit
     return loader(seed=seed, **options)
 
 
-def stratified_split(y: np.ndarray, fractions: tuple[float, ...], *, seed: int) -> list[np.ndarray]:
-    """Split indices so that each part keeps the class proportions of ``y``.
+# ---------------------------------------------------------------- a provider's records, split by a secret
 
-    The last part takes what the others leave, so the parts cover ``y`` exactly.
+RECORD_DIGEST_BYTES = 32
+_SPLIT_DOMAIN = b"defl-record-side-v1\n"
+
+
+def record_digests(x: np.ndarray, y: np.ndarray) -> list[bytes]:
+    """SHA-256 of each record's canonical bytes: its features (float32, little-endian, -0.0 as 0.0)
+    then its class id (int64, little-endian).
+
+    The feature shape is left out on purpose: the same numbers reshaped are the same person's
+    data. Equal records have equal digests whatever their position.
     """
-    rng = np.random.default_rng(seed)
-    parts: list[list[np.ndarray]] = [[] for _ in fractions]
-    for label in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == label))
-        cuts = np.floor(np.cumsum(fractions)[:-1] * len(idx)).astype(int)
-        for part, chunk in zip(parts, np.split(idx, cuts), strict=True):
-            part.append(chunk)
-    return [rng.permutation(np.concatenate(p)) for p in parts]
+    count = len(y)
+    features = np.ascontiguousarray(np.asarray(x).reshape(count, -1), dtype="<f4") + np.float32(0.0)
+    labels = np.ascontiguousarray(y, dtype="<i8")
+    return [
+        hashlib.sha256(row.tobytes() + label.tobytes()).digest()
+        for row, label in zip(features, labels, strict=True)
+    ]
+
+
+def record_positions(key: bytes, digests: Sequence[bytes], label: str) -> np.ndarray:
+    """A value in [0, 1) per record: HMAC-SHA256 under ``key`` of (``label``, the record, which
+    copy of it this is), read as a 64-bit fraction.
+
+    Without the key the values are uniform and independent (HMAC is a PRF); with it they are a
+    function of each record alone (its k-th copy's value depends on the record and k, not on
+    where it stands), so adding a record to a dataset leaves every other record's value as it was.
+    """
+    if len(key) < 16:
+        raise ValueError("the split key must have at least 16 bytes")
+    tag = _SPLIT_DOMAIN + label.encode() + b"\n"
+    copies: dict[bytes, int] = {}
+    values = np.empty(len(digests), dtype=np.float64)
+    for index, digest in enumerate(digests):
+        if len(digest) != RECORD_DIGEST_BYTES:
+            raise ValueError(f"a record digest has {RECORD_DIGEST_BYTES} bytes, got {len(digest)}")
+        copy = copies.get(digest, 0)
+        copies[digest] = copy + 1
+        mac = hmac.new(key, tag + digest + copy.to_bytes(8, "big"), hashlib.sha256).digest()
+        values[index] = int.from_bytes(mac[:8], "big") / 2.0**64
+    return values
+
+
+def keyed_split(
+    key: bytes, digests: Sequence[bytes], fractions: tuple[float, ...], *, label: str
+) -> list[np.ndarray]:
+    """Sorted indices of each part: record i goes to the part whose share of [0, 1) holds its
+    keyed position (:func:`record_positions`). Parts are disjoint and cover every record.
+
+    Each record's part depends only on that record and ``key`` (and ``label``, which names the
+    use: a job's split, the public hold-out), so for D and D plus x every part differs in x
+    alone. Part sizes follow the fractions in expectation, not exactly, and classes are not
+    stratified: either would make a record's side depend on the others.
+    """
+    if not fractions or any(not 0.0 <= f <= 1.0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise ValueError(f"fractions must be in [0, 1] and sum to 1, got {fractions}")
+    positions = record_positions(key, digests, label)
+    edges = np.cumsum(fractions)[:-1]
+    part = np.searchsorted(edges, positions, side="right")
+    return [np.flatnonzero(part == i) for i in range(len(fractions))]
+
+
+def keyed_holdout(
+    key: bytes, digests: Sequence[bytes], holdout_fraction: float, *, label: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) indices of a two-way :func:`keyed_split`, neither part empty.
+
+    A part can come out empty only for a tiny dataset (all n records on one side: probability
+    below max(f, 1 - f)^n). Then the record whose keyed position lies nearest the empty side
+    moves to it: the one case where a record's side depends on the others, and then only on
+    their keyed positions, which nobody without the key can compute.
+    """
+    if not 0.0 < holdout_fraction < 1.0:
+        raise ValueError(f"the held-out fraction must be in (0, 1), got {holdout_fraction}")
+    if len(digests) < 2:
+        raise ValueError("a dataset needs at least two records to hold some out")
+    kept, held = keyed_split(key, digests, (1.0 - holdout_fraction, holdout_fraction), label=label)
+    if len(kept) and len(held):
+        return kept, held
+    positions = record_positions(key, digests, label)
+    moved = int(np.argmax(positions)) if not len(held) else int(np.argmin(positions))
+    everyone = np.arange(len(digests))
+    rest = everyone[everyone != moved]
+    single = np.array([moved])
+    return (rest, single) if not len(held) else (single, rest)
 
 
 def _split_images(
@@ -193,12 +223,6 @@ def _mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
     x = (images / 255.0).astype(np.float32).reshape(-1, 1, 28, 28)
     x.flags.writeable = False
     return x, labels.astype(np.int64)
-
-
-def zipf_probabilities(vocab_size: int, exponent: float) -> np.ndarray:
-    ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
-    weights = ranks**-exponent
-    return weights / weights.sum()
 
 
 @register_dataset("zipf_text")
@@ -265,5 +289,6 @@ def load_zipf_text(
     )
 
 
-# Registers "zipf_lm" and "hashed_clicks"; at the end, because that module imports from this one.
-from fl_node import text as _text  # noqa: E402,F401
+# The generated text and click datasets (fl_node.text), registered here: that module imports none of this.
+register_dataset("zipf_lm")(text.load_zipf_lm)
+register_dataset("hashed_clicks")(text.load_hashed_clicks)

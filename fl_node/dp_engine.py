@@ -121,7 +121,7 @@ def unsupported_reason(model: nn.Module) -> str | None:
 class StepNoise:
     """Each step's Gaussian noise for a fixed list of tensors, in one flat buffer the caller may keep.
 
-    An engine (``BookKeepingDP``, ``fl_node.train.SecretNoiseDPOptimizer``) owns one and closes
+    An engine (``BookKeepingDP``, ``fl_node.dp_sgd.SecretNoiseDPOptimizer``) owns one and closes
     it when it closes. From a secret stream the whole step is one draw on a helper thread (the
     noise does not depend on the data): one step ahead (``DrawAhead``, the default), or, with
     ``ahead=False`` (``BookKeepingDP``), started by ``prefetch`` as the step's forward begins,

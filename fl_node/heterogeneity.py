@@ -12,17 +12,21 @@ Two experiments of issue #18 (``bench/heterogeneity.py`` prints their figures):
    is the idle time. With fixed work every member runs ``base_steps``; with adaptive work each
    runs what its :class:`fl_node.scheduler.AimdController` chose from its own measured compute
    time against the job's training deadline (``base_steps`` x the typical step time x the
-   slowest slowdown: what the slowest member needs for the base work). Training is real: every
-   member trains the model on its IID share of the data for its steps. Fixed work aggregates by
+   slowest slowdown: what the slowest member needs for the base work). The job is one
+   :class:`fl_node.job.config.JobConfig` with adaptive work (its nominal steps are the base work,
+   its bound four times that); each member derives from it what a node's trainer derives
+   (fl_node.job: the privacy plan, the training settings, the round's steps and learning-rate cap)
+   and trains for real, through the one local round (:func:`fl_node.local_round.local_round`), on
+   its IID share of the data. Fixed work runs the nominal steps every round and aggregates by
    FedAvg weighted by the samples processed (:func:`fl_node.scheduler.processed_samples`; the
-   steps are equal, so these are the shares' weights). Adaptive work aggregates by normalized
-   averaging (FedNova, :func:`fl_node.normalized_average.normalized_average`): each delta divided
-   by its momentum-aware work norm, averaged with the shares' data weights, scaled by the
-   effective work; plain FedAvg of 5..28-step deltas weighted by samples processed is biased
-   towards the fast members' local optima and made the adaptive accuracy swing from seed to
-   seed. Accuracy is measured on the test split.
+   steps are equal, so these are the shares' weights). Adaptive work aggregates as the node's
+   aggregator does (:func:`fl_node.job.aggregation.strategy`: normalized averaging, FedNova,
+   each delta divided by its momentum-aware work norm, averaged with the shares' data weights,
+   the nominal work's norm as the server step); plain FedAvg of 5..28-step deltas weighted by
+   samples processed is biased towards the fast members' local optima and made the adaptive
+   accuracy swing from seed to seed. Accuracy is measured on the test split.
    Under DP each member is charged for the steps it ran (:func:`fl_node.privacy_plan.train_release`),
-   with noise calibrated for the most steps the controller may choose.
+   with noise calibrated for the most steps the controller may choose (the job's plan, both arms).
 2. **Three jobs on one node's slots** (:func:`simulate_node_jobs`). Each job's round is:
    download (link), compute (holds a device slot, placed by :func:`fl_node.scheduler.place`),
    upload (link), chain (transactions and the round's finalization: block latency, holds
@@ -47,11 +51,13 @@ import torch
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import encode_update
 from fl_node.data import ArrayDataset, DatasetSplits
-from fl_node.normalized_average import WorkUpdate, capped_lr, normalized_average, work_norm
+from fl_node.job import aggregation, training
+from fl_node.job.config import JobConfig
+from fl_node.job.plan import privacy_plan, update_mechanism
+from fl_node.local_round import local_round
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, rdp_epsilon
-from fl_node.privacy_plan import PrivacyPlan, plan_privacy, train_release
-from fl_node.scheduler import AimdConfig, AimdController, DeviceSlot, TaskDemand, place, processed_samples
+from fl_node.scheduler import AimdController, DeviceSlot, TaskDemand, place, processed_samples
 from fl_node.train import TrainConfig, evaluate, train_local
 
 MODES = ("fixed", "adaptive")
@@ -79,36 +85,13 @@ class Link:
 
 
 @dataclass(frozen=True)
-class FederationConfig:
-    members: int = 8
-    rounds: int = 10
-    base_steps: int = 7  # about one epoch of a member's share of the MNIST subset at batch 64
-    batch_size: int = 64
-    lr: float = 0.1
-    momentum: float = 0.5  # as fl_node.simulate; at 0.9 the mixed-work averages swing more (see bench)
-    low: float = 1.0
-    high: float = 4.0
-    max_factor: int = 4  # the AIMD bound: at most max_factor x base_steps
-    epsilon: float | None = None  # DP-SGD target per member for the job; None trains without DP
-    delta: float = 1e-5
+class Members:
+    """What the experiment alone needs beside the job: how many members, how unequal, their link."""
+
+    count: int = 8
+    low: float = 1.0  # the fastest member's step-time multiplier
+    high: float = 4.0  # the slowest's
     link: Link = field(default_factory=Link)
-    seed: int = 0
-    # The adaptive arm's server step (fl_node.normalized_average): "mean" is FedNova's
-    # sum_i p_i a_i; "base" is the work norm of base_steps, the fixed arm's step.
-    effective_work: str = "mean"
-    # The adaptive arm's learning-rate cap (fl_node.normalized_average.capped_lr), in units of
-    # base_steps (0: none): a member running more than lr_cap x base_steps trains at a smaller
-    # lr, so its local trajectory is no longer than that work's; the aggregation normalizes by
-    # the capped work norm.
-    lr_cap: int = 0
-
-    @property
-    def cap_steps(self) -> int | None:
-        return self.lr_cap * self.base_steps if self.lr_cap else None
-
-    @property
-    def max_steps(self) -> int:
-        return self.max_factor * self.base_steps
 
 
 @dataclass(frozen=True)
@@ -188,33 +171,9 @@ def measure_step_times(
     return pool
 
 
-def _member_plan(config: FederationConfig, mode: str, num_train: int) -> PrivacyPlan | None:
-    if config.epsilon is None:
-        return None
-    return plan_privacy(
-        mode="sgd",
-        target_epsilon=config.epsilon,
-        delta=config.delta,
-        rounds=config.rounds,
-        num_train=num_train,
-        num_records=num_train,
-        batch_size=config.batch_size,
-        local_steps=config.base_steps,
-        max_local_steps=config.max_steps if mode == "adaptive" else None,
-        scores_per_round=0,
-    )
-
-
-def _server_step(config: FederationConfig) -> float | None:
-    if config.effective_work == "mean":
-        return None
-    if config.effective_work == "base":
-        return work_norm(config.base_steps, config.momentum)
-    raise ValueError(f"effective_work must be 'mean' or 'base', got {config.effective_work!r}")
-
-
 def run_federation(
-    config: FederationConfig,
+    job: JobConfig,
+    members: Members,
     mode: str,
     splits: DatasetSplits,
     model: torch.nn.Module,
@@ -222,87 +181,79 @@ def run_federation(
     *,
     on_round: Callable[[int, RoundTiming], None] | None = None,
 ) -> FederationRun:
-    """One job of ``config.rounds`` rounds with fixed or AIMD-adaptive local work (see the module doc)."""
+    """One run of ``job`` (an adaptive-work job: its nominal steps are the base work) with fixed or
+    AIMD-adaptive local work (see the module doc)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not job.adaptive_work:
+        raise ValueError("the job sets the work's bounds: it needs adaptive_work and max_local_steps")
     if not step_pool or min(step_pool) <= 0:
         raise ValueError("the step-time pool must hold positive measurements")
-    torch.manual_seed(config.seed)
-    factors = slowdowns(config.members, low=config.low, high=config.high)
-    parts = partition(splits.train.y, config.members, "iid", seed=config.seed)
+    torch.manual_seed(job.seed)
+    nominal = training.nominal_steps(job)
+    factors = slowdowns(members.count, low=members.low, high=members.high)
+    parts = partition(splits.train.y, members.count, "iid", seed=job.seed)
     shares = [splits.train.subset(part) for part in parts]
-    plans = [_member_plan(config, mode, len(share)) for share in shares]
+    # Each member's plan, as a node computes its own (no committee here: nothing is scored).
+    plans = [
+        privacy_plan(job, num_train=len(share), num_records=len(share), scores_per_round=0)
+        for share in shares
+    ]
     histories = [PrivacyHistory() for _ in shares]
-    aimd = AimdConfig(base_steps=config.base_steps, max_steps=config.max_steps)
-    controllers = [AimdController(aimd) for _ in shares]
-    deadline = config.base_steps * statistics.median(step_pool) * max(factors)
+    controllers = [AimdController(training.aimd_config(job)) for _ in shares]
+    deadline = nominal * statistics.median(step_pool) * max(factors)
     # One generator for timing draws, seeded alike in both modes: same machine, same luck.
-    draws = np.random.default_rng(config.seed)
+    draws = np.random.default_rng(job.seed)
     fedavg = get_strategy("fedavg")
     global_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     model_bytes = None
     timings: list[RoundTiming] = []
     accuracies: list[float] = []
     x_test, y_test = splits.test.tensors()
-    for round_index in range(config.rounds):
-        work_updates: list[WorkUpdate] = []  # adaptive (FedNova)
-        weighted_updates: list[WeightedUpdate] = []  # fixed work (FedAvg)
+    for round_index in range(job.rounds):
+        updates: list[WeightedUpdate] = []
+        work_steps: dict[str, int] = {}
         steps: list[int] = []
         compute: list[float] = []
         busy: list[float] = []
         for i, share in enumerate(shares):
-            work = controllers[i].steps if mode == "adaptive" else config.base_steps
-            noise = None
-            plan = plans[i]
-            if plan is not None:
-                release = train_release(plan, work)
-                if release is None:  # an "sgd" plan charges its training
-                    raise ValueError("a member's privacy plan has no training release")
+            work = controllers[i].steps if mode == "adaptive" else nominal
+            settings = training.train_config(job, training.round_seed(job, round_index + 1, i), plans[i])
+            # The node's round of ``work`` steps: the lr cap, and the release of exactly those steps.
+            settings, release = training.adaptive_round(job, settings, plans[i], work)
+            if release is not None:
                 histories[i].record(
                     noise_multiplier=release.noise_multiplier,
                     sample_rate=release.sample_rate,
                     steps=release.steps,
                 )
-                noise = plan.sgd_noise_multiplier
-            lr = config.lr
-            if mode == "adaptive" and config.cap_steps:
-                lr = capped_lr(config.lr, work, cap_steps=config.cap_steps, momentum=config.momentum)
-            train = TrainConfig(
-                batch_size=config.batch_size,
-                local_steps=work,
-                lr=lr,
-                momentum=config.momentum,
-                noise_multiplier=noise,
-                delta=config.delta,
-                seed=config.seed * 1_000_003 + round_index * 1009 + i,
+            result = local_round(
+                model,
+                global_state,
+                share,
+                settings,
+                num_classes=splits.num_classes,
+                mechanism=update_mechanism(plans[i]),
             )
-            result = train_local(model, global_state, share, train)
             update_bytes = len(encode_update(result.update))
             if model_bytes is None:
                 model_bytes = update_bytes  # a dense update is the model's size
             pool_draw = float(step_pool[int(draws.integers(len(step_pool)))])
             seconds = work * pool_draw * factors[i]
             compute.append(seconds)
-            busy.append(config.link.seconds(model_bytes) + seconds + config.link.seconds(update_bytes))
+            busy.append(members.link.seconds(model_bytes) + seconds + members.link.seconds(update_bytes))
             steps.append(work)
+            member = f"member-{i:02d}"
             if mode == "adaptive":
                 # FedNova: the data weight is the share's size; the work enters as the steps.
-                work_updates.append(WorkUpdate(result.update, len(share), work, f"member-{i:02d}"))
+                updates.append(WeightedUpdate(result.update, len(share), member))
+                work_steps[member] = work
             else:
-                weight = processed_samples(work, config.batch_size, max_steps=config.max_steps)
-                weighted_updates.append(WeightedUpdate(result.update, weight, f"member-{i:02d}"))
+                weight = processed_samples(work, job.batch_size, max_steps=job.max_local_steps)
+                updates.append(WeightedUpdate(result.update, weight, member))
             controllers[i].observe(steps=work, seconds=seconds, target_seconds=deadline)
-        if mode == "adaptive":
-            global_state = normalized_average(
-                global_state,
-                work_updates,
-                max_steps=config.max_steps,
-                momentum=config.momentum,
-                tau_eff=_server_step(config),
-                cap_steps=config.cap_steps,
-            )
-        else:
-            global_state, _ = fedavg.aggregate(global_state, weighted_updates)
+        strategy = aggregation.strategy(job, work_steps) if mode == "adaptive" else fedavg
+        global_state, _ = strategy.aggregate(global_state, updates)
         model.load_state_dict(global_state)
         with torch.no_grad():
             accuracies.append(float(evaluate(model, x_test, y_test)["accuracy"]))
@@ -311,9 +262,7 @@ def run_federation(
         if on_round is not None:
             on_round(round_index, timing)
     epsilons = (
-        tuple(rdp_epsilon(history, delta=config.delta) for history in histories)
-        if config.epsilon is not None
-        else None
+        tuple(rdp_epsilon(history, delta=job.dp.delta) for history in histories) if job.dp.private else None
     )
     return FederationRun(mode, timings, accuracies[-1], epsilons, tuple(accuracies))
 

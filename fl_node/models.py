@@ -27,6 +27,7 @@ import torch
 from opacus.validators import ModuleValidator
 from torch import nn
 
+from fl_node import sparse_models
 from fl_node.layers import MaxPool2d
 
 ModelFactory = Callable[..., nn.Module]
@@ -344,5 +345,6 @@ def split_fixed_features(model: nn.Module) -> tuple[nn.Module | None, nn.Module]
     return model[:count], model[count:]
 
 
-# Registers "lm" and "hashed_rec"; at the end, because that module imports register_model from here.
-from fl_node import sparse_models as _sparse_models  # noqa: E402,F401
+# The embedding-dominated models (fl_node.sparse_models), registered here: that module imports none of this.
+register_model("lm")(sparse_models.lm)
+register_model("hashed_rec")(sparse_models.hashed_rec)

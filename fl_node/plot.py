@@ -26,7 +26,7 @@ def plot_rounds(result: dict, path: Path) -> Path:
     config = result["config"]
     left.set_title(
         f"{config['dataset']} · {config['nodes']} nodes · {config['partition']} · "
-        f"{config['strategy']} · attack {config['attack'] or 'none'}"
+        f"{config['job']['strategy']} · attack {config['attack'] or 'none'}"
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

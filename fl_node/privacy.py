@@ -1,24 +1,40 @@
 """Differential-privacy accounting, per-dataset budgets and the update-level Gaussian mechanism.
 
+**Adjacency: replace-one.** Two datasets are neighbours when they have the same size and differ
+in one record (replaced by another). Every dataset's exact size is public (on chain, in each
+update's ``samples``), so add/remove adjacency, whose neighbours differ in size, would protect
+nothing an observer cannot already tell apart; every charge here is computed under replace-one
+(docs/PRIVACY.md).
+
 State and formulas are kept apart, as in Opacus's accountants:
 
-* ``PrivacyHistory`` only records ``(noise_multiplier, sample_rate, steps)`` of
-  the subsampled Gaussian mechanism (Abadi et al. 2016, "Deep Learning with
-  Differential Privacy"). It is JSON-serialisable so a node can persist it per
-  dataset.
-* ``epsilon(history, delta=..., accountant=...)`` is a pure function. ``"rdp"``
-  is Renyi DP of the sampled Gaussian mechanism (Mironov 2017; Mironov, Talwar
-  and Zhang 2019) converted to (epsilon, delta); ``"prv"`` numerically composes
-  privacy loss random variables (Gopi, Lee and Wutschitz 2021), which is tighter.
-  RDP is the conservative one, so budgets are enforced with RDP and PRV is reported.
-* ``BudgetLedger`` holds one dataset's cap and history. Spending composes the
-  whole recorded history with the RDP accountant instead of summing per-job
-  epsilons: composition in RDP is additive per order, so the total is valid for
-  any sequence of rounds and jobs and far tighter than adding (epsilon, delta)
-  pairs (basic composition).
-* ``UpdateGaussianMechanism`` clips a whole model update and adds Gaussian noise
-  (in the style of DP-FedAvg, McMahan et al. 2018, "Learning Differentially Private
-  Recurrent Language Models"), accounted at the record level with sensitivity 2C.
+* ``PrivacyHistory`` only records ``(noise_multiplier, sample_rate, steps)`` runs of the
+  Poisson-subsampled Gaussian mechanism (Abadi et al. 2016). ``noise_multiplier`` is the
+  noise's standard deviation over the per-record bound ``r`` of the release: under
+  replace-one, one record contributes at most ``r`` (in L2) to the released sum, so
+  neighbouring sums differ by at most ``2 r``. This is dp-accounting's ``REPLACE_ONE``
+  convention: the release of neighbouring datasets is dominated by the pair
+  ``(1-q) N(0, s^2) + q N(1, s^2)`` against ``(1-q) N(0, s^2) + q N(-1, s^2)`` (at ``q = 1``
+  two Gaussians 2 apart); Zhu, Dong and Wang 2022 ("Optimal Accounting of Differential
+  Privacy via Characteristic Function", the dominating pairs of Poisson subsampling under
+  substitution) and Lebeda, Regehr, Kamath and Steinke 2024 ("Avoiding Pitfalls for Privacy
+  Accounting of Subsampled Mechanisms under Composition").
+* ``epsilon(history, delta=..., accountant=...)`` is a pure function. ``"rdp"`` is the Renyi
+  DP of that pair (Mironov 2017), computed by quadrature of the Renyi divergence (no closed
+  form exists for two mixtures: :func:`replace_one_rdp`), composed (RDP adds up per order)
+  and converted to (epsilon, delta) with Opacus's conversion (Balle et al. 2020), which holds
+  for any RDP curve. ``"pld"`` is Google dp-accounting's privacy loss distribution under
+  ``REPLACE_ONE`` (pessimistic, tighter). Budgets are enforced and noise calibrated with RDP:
+  its per-order composition is what the plan's argument for any mix of training and scoring
+  rounds rests on (``fl_node.privacy_plan``); PLD is reported beside it and audits it
+  (``fl_node.privacy_audit``).
+* ``BudgetLedger`` holds one budget's cap and history. Spending composes the whole recorded
+  history with RDP instead of summing per-job epsilons, so the total is valid for any sequence
+  of rounds and jobs and far tighter than adding (epsilon, delta) pairs.
+* ``UpdateGaussianMechanism`` clips a whole model update and adds Gaussian noise (in the
+  style of DP-FedAvg, McMahan et al. 2018), accounted at the record level: one record can move
+  the clipped update anywhere in the C-ball, so its per-record bound is ``C`` (neighbours 2C
+  apart).
 * Every release's noise comes from a secret stream (``fl_node.secure_random``).
 """
 
@@ -34,9 +50,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 import torch
 from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.prv import PRVAccountant
 from opacus.accountants.rdp import RDPAccountant
-from opacus.accountants.utils import get_noise_multiplier
 
 from fl_node.secure_random import NoiseSource, SecureRandom
 
@@ -125,18 +139,69 @@ def _check_mechanism(*, noise_multiplier: float, sample_rate: float, steps: int)
 
 # ---------------------------------------------------------------- analysis (pure functions)
 
+ADJACENCY = "replace-one"
+# The Renyi orders every curve is kept at: Opacus's defaults (1.1 ... 10.9, then 12 ... 63).
+ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+# Quadrature: points per noise standard deviation (the trapezoid rule on these smooth, fast
+# decaying integrands converges exponentially; 40 per sigma agrees with adaptive quadrature to
+# 1e-12 relative, tests/fl_node/test_privacy.py), and tails cut where the mass left is below e^-98.
+_POINTS_PER_SIGMA = 40
+_TAIL_SIGMAS = 14.0
+_MAX_POINTS = 1_000_000
+# The PLD accountant's discretization of the privacy loss (pessimistic: an upper bound).
+PLD_DISCRETIZATION = 1e-3
+
+
+def replace_one_rdp(
+    noise_multiplier: float, sample_rate: float, orders: tuple[float, ...] = ORDERS
+) -> np.ndarray:
+    """Renyi DP at ``orders`` of ONE step of the Poisson-sampled Gaussian under replace-one.
+
+    The divergence D_alpha(P || Q) of P = (1-q) N(0, s^2) + q N(1, s^2) from
+    Q = (1-q) N(0, s^2) + q N(-1, s^2) (symmetric, so D_alpha(Q || P) is the same): the record
+    replaced is sampled with probability q on both sides, and its contribution moves from +1
+    to -1. At q = 1 it is the Gaussian's 2 alpha / s^2 (sensitivity 2). For q < 1 there is no
+    closed form; the integral of Q (P / Q)^alpha is taken by the trapezoid rule in log space
+    on [-1 - 14 s, 2 max(alpha) + 2 + 14 s]: for x < 0 the integrand is below Q, and for
+    x > 0 below Q e^(2 alpha x / s^2), a Gaussian centred at 2 alpha, so the cut tails weigh
+    less than e^-98.
+    """
+    _check_mechanism(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=1)
+    alphas = np.asarray(orders, dtype=np.float64)
+    sigma, q = float(noise_multiplier), float(sample_rate)
+    if q >= 1.0:
+        return 2.0 * alphas / sigma**2
+    low = -1.0 - _TAIL_SIGMAS * sigma
+    high = 2.0 * float(alphas.max()) + 2.0 + _TAIL_SIGMAS * sigma
+    step = min(sigma, 1.0) / _POINTS_PER_SIGMA
+    points = min(int(math.ceil((high - low) / step)) + 1, _MAX_POINTS)
+    x, step = np.linspace(low, high, points, retstep=True)
+    scale = 1.0 / (2.0 * sigma**2)
+    centre = math.log1p(-q) - x * x * scale
+    log_p = np.logaddexp(centre, math.log(q) - (x - 1.0) ** 2 * scale)
+    log_q = np.logaddexp(centre, math.log(q) - (x + 1.0) ** 2 * scale)
+    log_weight = log_q - 0.5 * math.log(2.0 * math.pi * sigma**2) + math.log(step)
+    log_ratio = log_p - log_q
+    # log of the sum of Q (P/Q)^alpha, minus log of the sum of Q (which is 1 up to the rule's
+    # rounding): the difference keeps tiny divergences (small q) from vanishing in that rounding.
+    log_mass = _logsumexp(log_weight)
+    curve = np.array([(_logsumexp(log_weight + a * log_ratio) - log_mass) / (a - 1.0) for a in alphas])
+    return np.maximum(curve, 0.0)
+
+
+def _logsumexp(values: np.ndarray) -> float:
+    top = float(values.max())
+    return top + math.log(float(np.exp(values - top).sum()))
+
 
 @lru_cache(maxsize=1024)
 def unit_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
-    """RDP at Opacus's default orders of ONE step of the sampled Gaussian mechanism (read-only).
+    """RDP at :data:`ORDERS` of ONE step of the sampled Gaussian under replace-one (read-only).
 
-    Opacus's ``compute_rdp`` costs ~0.1 s per (noise, rate) on a small CPU and returns
-    ``steps * (one-step curve)``, so caching the one-step curve gives the same floats in
-    microseconds: budgets are checked on every round of every job.
+    Cached: budgets are checked on every round of every job, and a step's curve costs a few
+    milliseconds of quadrature; ``steps * curve`` is the curve of a run.
     """
-    curve = rdp_analysis.compute_rdp(
-        q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS
-    )
+    curve = replace_one_rdp(noise_multiplier, sample_rate)
     curve.setflags(write=False)
     return curve
 
@@ -146,30 +211,66 @@ def history_rdp(history: PrivacyHistory) -> np.ndarray | float:
     return sum((e.steps * unit_rdp(e.noise_multiplier, e.sample_rate) for e in history), 0.0)
 
 
+def rdp_to_epsilon(curve: np.ndarray, *, delta: float) -> tuple[float, float]:
+    """(epsilon, the order that gives it) of an RDP curve at :data:`ORDERS`."""
+    eps, order = rdp_analysis.get_privacy_spent(orders=list(ORDERS), rdp=curve, delta=delta)
+    return float(eps), float(order)
+
+
 def rdp_epsilon(history: PrivacyHistory, *, delta: float) -> float:
-    """(epsilon, delta)-DP of the composed history via RDP at Opacus's default orders."""
+    """(epsilon, delta)-DP of the composed history via RDP (replace-one)."""
     if not history.entries:
         return 0.0
-    eps, _ = rdp_analysis.get_privacy_spent(
-        orders=RDPAccountant.DEFAULT_ALPHAS, rdp=history_rdp(history), delta=delta
+    return rdp_to_epsilon(np.asarray(history_rdp(history)), delta=delta)[0]
+
+
+def pld_epsilon(
+    history: PrivacyHistory, *, delta: float, discretization: float = PLD_DISCRETIZATION
+) -> float:
+    """Epsilon of the history by dp-accounting's PLD accountant under REPLACE_ONE (pessimistic).
+
+    Composition commutes, so each distinct mechanism's steps are composed at once.
+    """
+    if not history.entries:
+        return 0.0
+    runs: dict[tuple[float, float], int] = {}
+    for entry in history:
+        key = (entry.noise_multiplier, entry.sample_rate)
+        runs[key] = runs.get(key, 0) + entry.steps
+    return _pld_epsilon(tuple(sorted(runs.items())), delta, discretization)
+
+
+@lru_cache(maxsize=256)
+def _pld_epsilon(
+    runs: tuple[tuple[tuple[float, float], int], ...], delta: float, discretization: float
+) -> float:
+    from dp_accounting import dp_event, pld
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    accountant = pld.PLDAccountant(
+        NeighboringRelation.REPLACE_ONE, value_discretization_interval=discretization
     )
-    return float(eps)
+    for (noise_multiplier, sample_rate), steps in runs:
+        accountant.compose(dp_event.SelfComposedDpEvent(gaussian_event(noise_multiplier, sample_rate), steps))
+    return float(accountant.get_epsilon(delta))
 
 
-def prv_epsilon(history: PrivacyHistory, *, delta: float) -> float:
-    """Upper bound on epsilon from the PRV accountant (numerical composition)."""
-    if not history.entries:
-        return 0.0
-    accountant = PRVAccountant()
-    accountant.history = history.as_tuples()
-    return float(accountant.get_epsilon(delta=delta))
+def gaussian_event(noise_multiplier: float, sample_rate: float):
+    """dp-accounting's event for one step of a history entry (REPLACE_ONE convention)."""
+    from dp_accounting import dp_event
+
+    gaussian = dp_event.GaussianDpEvent(noise_multiplier)
+    return gaussian if sample_rate >= 1.0 else dp_event.PoissonSampledDpEvent(sample_rate, gaussian)
 
 
-_ACCOUNTANTS: dict[str, Callable[..., float]] = {"rdp": rdp_epsilon, "prv": prv_epsilon}
+# Opacus's PRV accountant is add/remove only; the tight figure under replace-one is the PLD's.
+prv_epsilon = pld_epsilon
+
+_ACCOUNTANTS: dict[str, Callable[..., float]] = {"rdp": rdp_epsilon, "pld": pld_epsilon}
 
 
 def epsilon(history: PrivacyHistory, *, delta: float, accountant: str = "rdp") -> float:
-    """Epsilon spent by ``history`` at ``delta`` under the named accountant."""
+    """Epsilon spent by ``history`` at ``delta`` under the named accountant (replace-one)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     try:
@@ -179,37 +280,58 @@ def epsilon(history: PrivacyHistory, *, delta: float, accountant: str = "rdp") -
     return analysis(history, delta=delta)
 
 
+# Calibration's precision on epsilon (the result is always at or below the target).
+CALIBRATION_TOLERANCE = 0.005
+_MAX_SIGMA = 1e6
+
+
 @lru_cache(maxsize=256)
 def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
-    """The smallest noise multiplier whose RDP epsilon after ``steps`` stays within the target.
+    """The smallest noise multiplier (to ``CALIBRATION_TOLERANCE``) whose replace-one RDP epsilon
+    after ``steps`` steps at ``sample_rate`` stays within the target.
 
     Cached: every round of a job asks for the same calibration.
     """
-    if not target_epsilon > 0:
-        raise ValueError(f"target_epsilon must be positive, got {target_epsilon}")
+    if not target_epsilon > 0 or not math.isfinite(target_epsilon):
+        raise ValueError(f"target_epsilon must be a positive number, got {target_epsilon}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
     _check_mechanism(noise_multiplier=1.0, sample_rate=sample_rate, steps=steps)
+
+    def spent(sigma: float) -> float:  # uncached: the search's sigmas would flush unit_rdp's cache
+        return rdp_to_epsilon(steps * replace_one_rdp(sigma, sample_rate), delta=delta)[0]
+
     with warnings.catch_warnings():
-        # The bisection visits very large sigmas whose optimal RDP order is the largest one
-        # tried; that bound is loose but only for sigmas the search rejects anyway.
+        # The search visits very large sigmas whose optimal RDP order is the largest one tried;
+        # that bound is loose but only for sigmas the search rejects anyway.
         warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
-        return float(
-            get_noise_multiplier(
-                target_epsilon=target_epsilon,
-                target_delta=delta,
-                sample_rate=sample_rate,
-                steps=steps,
-                accountant="rdp",
-                epsilon_tolerance=0.005,
-            )
-        )
+        return _bisect_noise(spent, target_epsilon)
+
+
+def _bisect_noise(spent: Callable[[float], float], target_epsilon: float) -> float:
+    low, high = 0.0, 1.0
+    eps_high = spent(high)
+    while eps_high > target_epsilon:
+        low, high = high, 2.0 * high
+        if high > _MAX_SIGMA:
+            raise ValueError(f"no noise multiplier up to {_MAX_SIGMA:g} reaches epsilon {target_epsilon:g}")
+        eps_high = spent(high)
+    while target_epsilon - eps_high > CALIBRATION_TOLERANCE and high - low > 1e-9 * high:
+        middle = (low + high) / 2.0
+        eps_middle = spent(middle)
+        if eps_middle <= target_epsilon:
+            high, eps_high = middle, eps_middle
+        else:
+            low = middle
+    return high
 
 
 @dataclass(frozen=True)
 class PrivacySpent:
-    """Privacy of a history snapshot (a job so far) under both accountants.
+    """Privacy of a history snapshot (a job so far) under both accountants (replace-one).
 
-    The epsilons are computed on first access: RDP takes milliseconds, PRV up
-    to a second or two, which a simulation of many rounds should not pay unasked.
+    The epsilons are computed on first access: RDP takes milliseconds, PLD a tenth of a
+    second or more, which a simulation of many rounds should not pay unasked.
     """
 
     history: tuple[tuple[float, float, int], ...]
@@ -227,8 +349,13 @@ class PrivacySpent:
         return rdp_epsilon(self._history(), delta=self.delta)
 
     @cached_property
+    def epsilon_pld(self) -> float:
+        return pld_epsilon(self._history(), delta=self.delta)
+
+    @property
     def epsilon_prv(self) -> float:
-        return prv_epsilon(self._history(), delta=self.delta)
+        """The tight figure's older name (it was Opacus's PRV, which is add/remove only)."""
+        return self.epsilon_pld
 
     @property
     def noise_multiplier(self) -> float:
@@ -242,11 +369,12 @@ class PrivacySpent:
     def steps(self) -> int:
         return sum(entry[2] for entry in self.history)
 
-    def as_dict(self) -> dict[str, float]:
-        """JSON-ready figures, both accountants included."""
+    def as_dict(self) -> dict[str, float | str]:
+        """JSON-ready figures, both accountants and the adjacency included."""
         return {
+            "adjacency": ADJACENCY,
             "epsilon_rdp": self.epsilon_rdp,
-            "epsilon_prv": self.epsilon_prv,
+            "epsilon_pld": self.epsilon_pld,
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
             "sample_rate": self.sample_rate,
@@ -263,12 +391,13 @@ RELEASE_KINDS = ("dp_sgd", "update_gaussian", "score_count")
 class ReleasePlan:
     """One release's mechanism as it is charged, recorded and audited.
 
-    ``noise_multiplier`` is the noise's standard deviation divided by the release's L2
-    sensitivity under the record-level adjacency the accounting uses, so every kind composes
-    in one RDP history: DP-SGD (Poisson rate ``sample_rate``, ``steps`` noisy steps), the
-    update-level Gaussian mechanism (sensitivity 2C for one record, rate 1, one step) and
-    the committee's noisy correct-counts (sensitivity 1 per score, rate 1, one step per
-    score released).
+    ``noise_multiplier`` is the noise's standard deviation over the release's per-record bound
+    ``r`` under replace-one (neighbouring outputs differ by at most ``2 r``; see the module
+    doc), so every kind composes in one history: DP-SGD (``r`` = the clip norm C, Poisson rate
+    ``sample_rate``, ``steps`` noisy steps), the update-level Gaussian mechanism (a clipped
+    update moves by at most 2C: ``r`` = C, rate 1, one step) and the committee's noisy
+    correct-counts (a count moves by at most 1: ``r`` = 1/2, so the multiplier is twice the
+    count noise's std; rate 1, one step per score released).
     """
 
     kind: str
@@ -388,17 +517,14 @@ def add_gaussian_noise(
     }
 
 
-# One record can move a clipped update from any point of the C-ball to any other.
-RECORD_SENSITIVITY_FACTOR = 2.0
-
-
 class UpdateGaussianMechanism:
     """Clip a whole update to L2 norm ``clip_norm`` and add N(0, (noise_multiplier * clip_norm)^2).
 
     The guarantee is record-level, like DP-SGD's: datasets that differ in one record. One
     node's clipped update is released on its own, and one record can move it anywhere in
-    the C-ball, so the release's sensitivity is 2C and the history records
-    ``noise_multiplier / 2`` (std over sensitivity). Each release is one step; the sample rate
+    the C-ball, so neighbouring releases are up to 2C apart: the per-record bound is C and the
+    history records ``noise_multiplier`` (std over C), which the replace-one accountant reads
+    as two Gaussians 2C apart. Each release is one step; the sample rate
     ``sampling_fraction`` (the chance that this client takes part in a round) buys
     amplification only if participation is random and kept secret, which an on-chain round
     is not: the node passes 1.
@@ -418,13 +544,8 @@ class UpdateGaussianMechanism:
 
     @property
     def release(self) -> ReleasePlan:
-        """One release as the accountant sees it: std over the record-level sensitivity 2C."""
-        return ReleasePlan(
-            "update_gaussian",
-            self.noise_multiplier / RECORD_SENSITIVITY_FACTOR,
-            self.sampling_fraction,
-            1,
-        )
+        """One release as the accountant sees it: std over the per-record bound C (replace-one)."""
+        return ReleasePlan("update_gaussian", self.noise_multiplier, self.sampling_fraction, 1)
 
     def privatize(self, update: Update, *, randomness: NoiseSource | None = None) -> dict[str, torch.Tensor]:
         """Clip, noise (from a secret stream unless one is given) and record one release."""

@@ -1,23 +1,32 @@
 """One participant's privacy in one job, planned once: what each round may release, at what noise.
 
 Every release that depends on a dataset is charged to it in one RDP history
-(``fl_node.privacy``), under one adjacency: datasets that differ by adding or removing one
-record. A round of a job releases, per participant, either
+(``fl_node.privacy``), under one adjacency: **replace-one** (neighbouring datasets have the
+same size and differ in one record; the size is public). A round of a job releases, per
+participant, either
 
-* a **training update**: DP-SGD (Poisson rate q, ``steps`` noisy steps, per-example clip C,
-  sensitivity C per step), or the **update-level Gaussian mechanism** (the whole local update
-  clipped to C and noised once). One record can move a clipped update anywhere in the C-ball,
-  so that release's sensitivity is 2C, not C; the plan's noise multiplier is std / (2C);
+* a **training update**: DP-SGD (Poisson rate q, ``steps`` noisy steps, per-example clip C:
+  the replaced record moves a step's noisy sum by up to 2C when sampled), or the
+  **update-level Gaussian mechanism** (the whole local update clipped to C and noised once:
+  one record can move it anywhere in the C-ball, 2C);
 * or, for a committee member, **scores**: one noisy correct-count per update it scores
-  (one record changes a count by at most 1: sensitivity 1, std = the score noise multiplier).
+  (replacing one record changes a count by at most 1; std = the score noise).
 
 A member is on the committee or trains in a round, never both, so a job's spend is at most
 ``rounds`` times the larger of the two per-round curves. The plan picks the score noise so
 that a round of scores costs no more than a round of training at the RDP order that
-decides the job's epsilon (see ``dominating_score_noise``); the job's
-training noise is calibrated for ``rounds`` training rounds as before, and the job stays
-within its target whatever committees the chain draws. A dataset that declares its hold-out
-split public (on chain, at registration) is scored without noise and without a charge.
+decides the job's epsilon (see ``dominating_score_noise``); the job's training noise is
+calibrated for ``rounds`` training rounds, and the job stays within its target whatever
+committees the chain draws (the per-round bound at that order holds whichever release the
+round makes, which is what a Renyi filter needs: Feldman and Zrnic 2021). A dataset that
+declares its hold-out split public (on chain, at registration) is scored without noise and
+without a charge.
+
+The plan is a function of public values only: the job's config, the dataset's size n (on
+chain), whether its hold-out is public (on chain) and the number of scores a committee member
+releases. The training part's size is the planned one (:func:`planned_train_size`), not the
+count the node's secret split happens to give, so any member can recompute every
+participant's plan, and from its recorded spends its epsilon (:func:`job_epsilon`).
 
 delta must be small against the dataset: with n records, any delta above 1/n allows a
 mechanism that publishes a random record in the clear, so the plan requires delta <= 1/(10 n).
@@ -26,12 +35,18 @@ mechanism that publishes a random record in the clear, so the plan requires delt
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.rdp import RDPAccountant
-
-from fl_node.privacy import ReleasePlan, calibrate_noise, unit_rdp
+from fl_node.privacy import (
+    ORDERS,
+    PrivacyHistory,
+    ReleasePlan,
+    calibrate_noise,
+    rdp_epsilon,
+    rdp_to_epsilon,
+    unit_rdp,
+)
 
 MODES = ("none", "sgd", "update")
 # How many times smaller than 1/n delta must be.
@@ -87,16 +102,21 @@ class PrivacyPlan:
 
     @property
     def update_noise_std(self) -> float:
-        """The update mechanism's noise std: the plan's multiplier times the sensitivity 2C."""
+        """The update mechanism's noise std: the plan's multiplier times the per-record bound C
+        (neighbouring clipped updates are up to 2C apart; the replace-one accountant knows it)."""
         if self.train is None or self.train.kind != "update_gaussian":
             raise ValueError("this plan has no update-level mechanism")
-        return self.train.noise_multiplier * 2.0 * self.clip_norm
+        return self.train.noise_multiplier * self.clip_norm
 
     def score_release(self, scores: int) -> ReleasePlan | None:
-        """The release of ``scores`` noisy counts, or None when scores are not charged."""
+        """The release of ``scores`` noisy counts, or None when scores are not charged.
+
+        A count moves by at most 1 when one record is replaced: a per-record bound of 1/2, so
+        the recorded multiplier is the count noise's std over 1/2.
+        """
         if self.score_noise_multiplier is None or scores < 1:
             return None
-        return ReleasePlan("score_count", self.score_noise_multiplier, 1.0, scores)
+        return ReleasePlan("score_count", 2.0 * self.score_noise_multiplier, 1.0, scores)
 
     def as_dict(self) -> dict:
         return {
@@ -110,6 +130,40 @@ class PrivacyPlan:
             "scores_per_round": self.scores_per_round,
             "public_holdout": self.public_holdout,
         }
+
+
+# The share of a dataset that declared its hold-out public that is that hold-out: one fixed set
+# of records for every job, never trained on (``backend.datasets.commitment.public_holdout``).
+PUBLIC_HOLDOUT_FRACTION = 0.2
+
+
+def held_out_fraction(*, public_holdout: bool, val_fraction: float) -> float:
+    """The share of a dataset's records a job does not train on: its public hold-out when it
+    declared one, else the job's validation share."""
+    return PUBLIC_HOLDOUT_FRACTION if public_holdout else val_fraction
+
+
+def public_train_size(num_records: int, *, public_holdout: bool, val_fraction: float) -> int:
+    """The training part's size every member assumes for a participant (see
+    :func:`planned_train_size`): from its dataset's size and hold-out flag, both on chain."""
+    return planned_train_size(
+        num_records, held_out_fraction(public_holdout=public_holdout, val_fraction=val_fraction)
+    )
+
+
+def planned_train_size(num_records: int, holdout_fraction: float) -> int:
+    """The training part's size a plan assumes for ``num_records`` records with ``holdout_fraction``
+    of them held out (validation or a public hold-out): public, whatever the secret split gives.
+
+    The node's split puts each record on a side by a keyed hash of that record alone
+    (``fl_node.data.keyed_split``), so the real part's size varies around this; DP-SGD samples
+    the real part at the plan's rate, and the accounting needs only that rate.
+    """
+    if num_records < 1:
+        raise ValueError("a dataset needs at least one record")
+    if not 0.0 <= holdout_fraction < 1.0:
+        raise ValueError(f"the held-out fraction must be in [0, 1), got {holdout_fraction}")
+    return max(1, round(num_records * (1.0 - holdout_fraction)))
 
 
 def steps_per_round(num_train: int, *, batch_size: int, epochs: int, local_steps: int | None) -> int:
@@ -192,21 +246,20 @@ def dominating_score_noise(train: ReleasePlan, scores: int, *, rounds: int, delt
 
     The job's bound is epsilon(rounds x T) where T is a training round's RDP curve; the
     conversion to (epsilon, delta) takes its minimum over the orders, reached at alpha*. A
-    noisy count with std s costs alpha / (2 s^2) at order alpha (sensitivity 1). If a round of
-    ``scores`` counts costs at most T at alpha*, every mix of training and scoring rounds has
-    an RDP curve at most rounds x T at alpha*, hence an epsilon at most the one at alpha*,
-    which is the job's target: s^2 = scores * alpha* / (2 T(alpha*)).
+    noisy count with std s costs alpha / (2 s^2) at order alpha (replacing one record moves
+    it by at most 1). If a round of ``scores`` counts costs at most T at alpha*, every mix of
+    training and scoring rounds has an RDP curve at most rounds x T at alpha*, hence an
+    epsilon at most the one at alpha*, which is the job's target:
+    s^2 = scores * alpha* / (2 T(alpha*)).
     """
     if scores < 1:
         raise ValueError("scores must be at least 1")
     train_curve = train.steps * unit_rdp(train.noise_multiplier, train.sample_rate)
-    _, best_order = rdp_analysis.get_privacy_spent(
-        orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rounds * train_curve, delta=delta
-    )
-    index = list(RDPAccountant.DEFAULT_ALPHAS).index(best_order)
+    _, best_order = rdp_to_epsilon(rounds * train_curve, delta=delta)
+    index = list(ORDERS).index(best_order)
     std = math.sqrt(scores * best_order / (2.0 * train_curve[index])) * (1 + 1e-9)
-    # The float rounding of the bound must not flip it.
-    assert scores * unit_rdp(std, 1.0)[index] <= train_curve[index]
+    # The float rounding of the bound must not flip it (the recorded multiplier is 2 std).
+    assert scores * unit_rdp(2.0 * std, 1.0)[index] <= train_curve[index]
     return std
 
 
@@ -225,3 +278,61 @@ def train_release(plan: PrivacyPlan, steps: int) -> ReleasePlan | None:
     if not isinstance(steps, int) or not 1 <= steps <= plan.train.steps:
         raise ValueError(f"steps must be an integer in [1, {plan.train.steps}] for this plan, got {steps!r}")
     return ReleasePlan("dp_sgd", plan.train.noise_multiplier, plan.train.sample_rate, steps)
+
+
+# What an on-chain spend records (FederatedLearning.spendPrivacy's ``kind``).
+SPEND_UPDATE = 0  # a published training update (travels with submitUpdate)
+SPEND_SCORES = 1  # a committee member's scores of one round
+SPEND_WITHHELD = 2  # a training release computed and never published (still a release)
+SPEND_KINDS = (SPEND_UPDATE, SPEND_SCORES, SPEND_WITHHELD)
+
+
+def spend_release(plan: PrivacyPlan, kind: int, steps: int) -> ReleasePlan | None:
+    """The release one recorded spend stands for under ``plan``; None when it costs nothing.
+
+    A training release (kind 0 or 2) of a DP-SGD plan is charged for the ``steps`` recorded
+    (0, a record that names none, counts as the plan's most); the update mechanism's is one
+    release whatever its steps. A score release (kind 1) is the plan's ``scores_per_round``
+    noisy counts; a plan that charges no scores (a public hold-out) costs nothing for it.
+    More steps than the plan allows are charged as recorded: a figure follows what was done.
+    """
+    if kind not in SPEND_KINDS:
+        raise ValueError(f"unknown spend kind {kind!r}; expected one of {SPEND_KINDS}")
+    if plan.train is None:
+        return None
+    if kind == SPEND_SCORES:
+        return plan.score_release(plan.scores_per_round)
+    if plan.train.kind != "dp_sgd":
+        return plan.train
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    return ReleasePlan(
+        "dp_sgd", plan.train.noise_multiplier, plan.train.sample_rate, steps or plan.train.steps
+    )
+
+
+def spends_history(plan: PrivacyPlan, spends: Iterable[tuple[int, int]]) -> PrivacyHistory:
+    """The history of a participant's recorded spends, each ``(kind, steps)``, under ``plan``."""
+    history = PrivacyHistory()
+    for kind, steps in spends:
+        release = spend_release(plan, kind, steps)
+        if release is not None:
+            history.record(
+                noise_multiplier=release.noise_multiplier,
+                sample_rate=release.sample_rate,
+                steps=release.steps,
+            )
+    return history
+
+
+def job_epsilon(plan: PrivacyPlan, spends: Iterable[tuple[int, int]]) -> float:
+    """A participant's own epsilon in one job, at the job's delta, from its recorded spends.
+
+    Anyone can compute it: the plan follows from public values (the job's config, the
+    dataset's size on chain, its public hold-out flag, the committee's score count), and the
+    spends (kind, steps) are on chain. It is the job's releases composed on their own, not the
+    rise of the dataset's whole budget (which other jobs share).
+    """
+    if plan.train is None:
+        return 0.0
+    return rdp_epsilon(spends_history(plan, spends), delta=plan.delta)

@@ -220,10 +220,11 @@ def score_update_int(
 BASE_SCORE = MAX_SCORE // 2
 
 
-def relative_score_int(value: float, base_value: float) -> int:
+def relative_score_int(value: float, base_value: float, allowance: float = 0.0) -> int:
     """The on-chain score of an update whose :func:`score_update` is ``value`` where the base
     model's is ``base_value``: ``BASE_SCORE`` plus the gain in basis points (rounded half to even),
     clamped to ``[1, MAX_SCORE]``; 0 for a malformed update (``value`` 0, see :func:`score_update`).
+    ``allowance`` (:func:`noise_allowance`, 0 for exact scores) is added to the gain.
 
     Deterministic in its inputs; a member's base score is :data:`BASE_SCORE` itself. With the
     contract's margin rule (``median > base + margin``) an update is accepted only when the median
@@ -232,8 +233,39 @@ def relative_score_int(value: float, base_value: float) -> int:
         return 0
     if not base_value == base_value:
         raise ValueError("the base model's score is not a number")
-    gain = round((value - base_value) * MAX_SCORE)
+    if not (allowance >= 0.0 and math.isfinite(allowance)):
+        raise ValueError(f"allowance must be a finite number >= 0, got {allowance}")
+    gain = round((value - base_value + allowance) * MAX_SCORE)
     return min(MAX_SCORE, max(1, BASE_SCORE + gain))
+
+
+# How many standard deviations of the score noise a noisy relative score forgives (noise_allowance).
+NOISE_TOLERANCE = 2.0
+
+
+def noise_allowance(base_value: float, *, metric: str, noise_multiplier: float | None, records: int) -> float:
+    """How far an honest update's noisy score may fall below the base model's by the noise alone:
+    :data:`NOISE_TOLERANCE` standard deviations of the difference of two noisy scores (each update's
+    and the base's draw their own noise). 0 for exact scores.
+
+    Under DP a member's validation set cannot show that a 1/top_k step helps (the gain of an honest
+    update is smaller than the noise), only that it clearly harms; without the allowance the margin
+    rule would reject about half of the honest updates at random, and a round would average half as
+    many DP-noised updates. With it a member says "not clearly harmful" instead, and the aggregation's
+    defenses (median-norm clip, sign vote, backed magnitude) bound what a noisy committee lets in.
+    Post-processing of the noisy base score and public values (the plan's noise, the record count):
+    no privacy cost. accuracy: the count's noise is ``noise_multiplier`` records, ``/ records`` in
+    score; likelihood: the clipped loss sum's noise is ``noise_multiplier * LOSS_CLIP``, the score
+    ``exp(-loss / records)`` moves by about the score times the mean loss's noise."""
+    if not noise_multiplier:
+        return 0.0
+    if records < 1:
+        raise ValueError("a noisy score needs at least one record")
+    if metric == "accuracy":
+        score_std = noise_multiplier / records
+    else:
+        score_std = min(1.0, max(base_value, 0.0)) * noise_multiplier * LOSS_CLIP / records
+    return NOISE_TOLERANCE * math.sqrt(2.0) * score_std
 
 
 def scaled_update(
@@ -269,6 +301,7 @@ def relative_update_score(
     base_value: float,
     scale: float = 1.0,
     clip_norm: float | None = None,
+    allowance: float = 0.0,
     batch_size: int = 512,
     metric: str = "likelihood",
     noise_multiplier: float | None = None,
@@ -306,7 +339,7 @@ def relative_update_score(
         noise_multiplier=noise_multiplier,
         randomness=randomness,
     )
-    return relative_score_int(value, base_value)
+    return relative_score_int(value, base_value, allowance)
 
 
 # The key under which :func:`member_scores` draws the base model's noise (trainer keys are addresses).
@@ -356,6 +389,9 @@ def member_scores(
     )
     scorable = {k: u for k, u in updates.items() if u is not None and within_norm_bound(u, norm_bound)}
     clip = median_norm(scorable.values()) if clip_to_median else None
+    allowance = noise_allowance(
+        base_value, metric=metric, noise_multiplier=noise_multiplier, records=len(x_val)
+    )
     return {
         key: relative_update_score(
             model,
@@ -366,6 +402,7 @@ def member_scores(
             base_value=base_value,
             scale=scale,
             clip_norm=clip,
+            allowance=allowance,
             randomness=draw(key),
             batch_size=batch_size,
             metric=metric,

@@ -4,31 +4,58 @@ Each round follows ../shared/DESIGN.md without the chain and the swarm store: th
 trainers (nodes not on the committee) train locally (DP-SGD by default), encode
 their updates with the codec, the committee members score every update on their
 own validation data, :func:`fl_node.committee.decide_round` (the rule the contract
-runs) accepts the best ``top_k`` and elects the next committee, and the accepted
+runs) accepts the best ``top_k`` and the next committee is drawn as the contract draws it, and the accepted
 updates are aggregated deterministically into the next global model.
+
+Every simulated node runs one job, a :class:`fl_node.job.config.JobConfig`, the node's own
+definition: it derives its privacy plan, its training settings, its scoring and the aggregation
+from it as a node does (fl_node.job). ``SimulationConfig`` adds only what the simulation alone
+needs: the data, how many nodes and how it splits among them, which attack, and how the chain's
+draws are stood in for. :func:`simulation` builds one from a dataset's name and the job's fields.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from fl_node.aggregate import WeightedUpdate
-from fl_node.attacks import Attack, boost_to_bound, choose_attackers, parse_attack_spec
-from fl_node.codec import content_hash, decode_update, update_spec
-from fl_node.committee import MAX_SCORE, RoundOutcome, _tie_key, decide_round, score_to_int
+from fl_node.attacks import (
+    Attack,
+    TargetedAttack,
+    boost_to_bound,
+    choose_attackers,
+    constrain_to_bound,
+    draw_targeted,
+    parse_attack_spec,
+)
+from fl_node.codec import Update, content_hash, decode_update, update_spec
+from fl_node.committee import (
+    RoundOutcome,
+    decide_round,
+    draw_committee,
+    first_seed,
+    round_seed,
+    score_to_int,
+)
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
+from fl_node.job import aggregation, training
+from fl_node.job.config import DPConfig, JobConfig
+from fl_node.job.plan import participant_plan as job_participant_plan
+from fl_node.job.plan import scores_per_round, update_mechanism
+from fl_node.job.scoring import ScoringRule, scoring
+from fl_node.job.simulated import job_for
 from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
 from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
-from fl_node.privacy_plan import PrivacyPlan, plan_privacy
+from fl_node.privacy_plan import PrivacyPlan
 from fl_node.robust import (
     RoundDefense,
     aggregation_clip_norm,
@@ -36,7 +63,6 @@ from fl_node.robust import (
     colluding_scores,
     defended_aggregate,
     first_by_hash,
-    get_strategy,
     update_norm,
     vote_roles,
     vote_signs,
@@ -44,122 +70,106 @@ from fl_node.robust import (
 )
 from fl_node.score import BASE_KEY, BASE_SCORE, member_scores, scaled_update, score_update
 from fl_node.secure_random import SecureRandom
-from fl_node.sparse import SparsePolicy, encode_with_policy, round_public_rows
+from fl_node.sparse import encode_with_policy
 from fl_node.train import TrainConfig, evaluate, train_local
 
-DP_MODES = ("sgd", "update")
-SCORE_PRIVACY = ("dp", "public")
+COMMITTEE_DRAWS = ("chain", "random")
 
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    dataset: str = "mnist"
+    """One simulated federation: the ``job`` every node runs and what the simulation alone needs."""
+
+    job: JobConfig
+    dataset: str = "mnist"  # fl_node.data's registered datasets; the job's data description is its
     nodes: int = 5
     partition: str = "dirichlet:0.5"
-    rounds: int = 20
-    model: str = "mlp"
-    epsilon: float | None = None  # target for the whole job per dataset; None trains without DP
-    delta: float = 1e-5
-    dp_mode: str = "sgd"  # "sgd": DP-SGD per example; "update": clip + noise each whole update
-    committee: int = 2
-    top_k: int | None = None  # default: every trainer but one
-    strategy: str = "fedavg"
-    strategy_params: tuple[tuple[str, float | int], ...] = ()  # (("beta", 0.25),) for trimmed_mean
     attack: str | None = None  # "label_flip:0.2"
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 0.5
-    momentum: float = 0.5
-    max_grad_norm: float = 1.0
-    proximal_mu: float = 0.0
-    update_clip_norm: float = 1.0
-    # "dp": committee scores are noisy counts charged to the scorer's budget; "public": every
-    # node declared its hold-out public, scores are exact and free.
-    score_privacy: str = "dp"
-    seed: int = 0
-    update_encoding: str = "auto"  # fl_node.sparse: "auto" (per tensor by cost), "dense", "delta"
-    # Under DP, each of these sparse tables keeps a public, seeded set of public_rows rows per round,
-    # as a node's trainer does (fl_node.sparse.round_public_rows); 0 keeps every noised row.
-    sparse_tables: tuple[str, ...] = ()
-    public_rows: int = 0
-    public_rule: str = "rotate"  # fl_node.sparse.PUBLIC_RULES
-    # Robustness (issue 14, fl_node.robust). consensus=False is the undefended FedAvg baseline: no
-    # committee, every node trains, every update is averaged as sent with the samples it claims.
-    consensus: bool = True
-    norm_bound: float | None = None  # an update above this L2 norm scores 0 from honest members
-    margin: int | None = None  # None: accept a median above 0; n: beat the base model's median by n
     collude: bool = False  # attackers on the committee score accomplices MAX_SCORE, the others 0
-    # "rank": the first committee is nodes 0..committee-1, then the best-ranked trainers (the contract's
-    # rule); "random": every committee is drawn uniformly (seeded) from the round's eligible nodes.
-    committee_draw: str = "rank"
-    # The contract's draws (issue 14): the first committee is the committee_size participants with the
-    # smallest keccak(seed, address), and equal medians are ordered by a fresh tie seed each round; the
-    # chain's seeds come from its blocks, here from the run's seed. False: nodes 0..committee-1 sit
-    # first and ties go by the all-zero tie seed (the fixed seats the older tests are written against).
-    chain_draws: bool = False
-    # How honest committee members score (fl_node.score): the metric, and the share of the update they
-    # apply to the global model before evaluating it (1/top_k: the weight it would get in the average,
-    # so a non-IID update is judged by the step it would make, not by a full step on its own).
-    score_metric: str = "accuracy"
-    score_scale: float = 1.0
-    # Relative scores (fl_node.score.relative_score_int): the base model at BASE_SCORE, an update at
-    # BASE_SCORE plus its gain. Needs a margin (the rule then reads "gains more than margin").
-    score_relative: bool = False
-    # The robust learning rate (fl_node.robust.sign_vote_mask) over the round's submissions: None, "flip", "zero".
-    sign_vote: str | None = None
-    # Honest aggregation clips every accepted update to the median norm of the round's submissions.
-    clip_to_median: bool = False
-    # Honest members score each update clipped to that median norm (relative scores only): the step
-    # the aggregation can apply, not the length an attacker boosted to (fl_node.score.relative_update_score).
-    score_clipped: bool = False
-    # A round that accepts k < top_k updates applies k / top_k of their combined step: each was
-    # scored at a 1 / top_k share (fl_node.robust.verified_share).
-    verified_step: bool = False
     # Attackers that know the norm bound scale what they send to just under it (fl_node.attacks.boosts).
     adaptive_attack: bool = False
+    # "chain": every next committee is drawn as the contract draws it (fl_node.committee.draw_committee
+    # with the round's seed, from every participant); "random": drawn uniformly (seeded) from the
+    # round's trainers only (so a member never sits twice in a row).
+    committee_draw: str = "chain"
+    # The contract's seeds (issue 32): the first committee drawn from the participants' secrets,
+    # each round's seed chained from the last with the committee's salts (stand-ins fixed by the run's
+    # seed here), equal medians ordered by it. False: nodes 0..committee-1 sit first and the seeds
+    # start from zero (the fixed first seats the older tests are written against).
+    chain_draws: bool = False
+    # Every node declared its hold-out public (on chain): scores are exact and free.
+    public_holdouts: bool = False
+    # False: the undefended FedAvg baseline, no committee: every node trains and every update is
+    # averaged as sent with the samples it claims (what a federation without DeFL's protocol does).
+    consensus: bool = True
+    # Experiments only: a scoring rule or aggregation defenses other than the job's (fl_node.job.scoring,
+    # fl_node.job.aggregation), to measure one defense at a time. None: the job's, as a node's.
+    custom_scoring: ScoringRule | None = None
+    custom_defense: RoundDefense | None = None
 
     def __post_init__(self) -> None:
-        SparsePolicy(encoding=self.update_encoding)  # validates early
         if self.nodes < 2:
             raise ValueError(f"a federation needs at least 2 nodes, got {self.nodes}")
-        if not 1 <= self.committee < self.nodes:
+        if not 1 <= self.job.committee_size < self.nodes:
             raise ValueError(
-                f"committee must be between 1 and nodes - 1 ({self.nodes - 1}), got {self.committee}"
+                f"committee must be between 1 and nodes - 1 ({self.nodes - 1}), got {self.job.committee_size}"
             )
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be at least 1, got {self.rounds}")
-        if self.epsilon is not None and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError(f"epsilon must be a positive number, got {self.epsilon}")
-        if self.dp_mode not in DP_MODES:
-            raise ValueError(f"dp_mode must be one of {DP_MODES}, got {self.dp_mode!r}")
-        if self.score_privacy not in SCORE_PRIVACY:
-            raise ValueError(f"score_privacy must be one of {SCORE_PRIVACY}, got {self.score_privacy!r}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {self.top_k}")
-        if self.norm_bound is not None and not (self.norm_bound > 0 and math.isfinite(self.norm_bound)):
-            raise ValueError(f"norm_bound must be a positive number, got {self.norm_bound}")
-        if self.margin is not None and not 0 <= self.margin <= MAX_SCORE:
-            raise ValueError(f"margin must be in [0, {MAX_SCORE}], got {self.margin}")
-        if self.committee_draw not in ("rank", "random"):
-            raise ValueError(f"committee_draw must be 'rank' or 'random', got {self.committee_draw!r}")
-        if self.score_metric not in ("accuracy", "likelihood"):
-            raise ValueError(f"score_metric must be 'accuracy' or 'likelihood', got {self.score_metric!r}")
-        if self.score_relative and self.margin is None:
-            raise ValueError("relative scores need a margin (0: any gain over the base model)")
-        if not 0.0 < self.score_scale <= 1.0:
-            raise ValueError(f"score_scale must be in (0, 1], got {self.score_scale}")
-        if self.sign_vote not in (None, "flip", "zero"):
-            raise ValueError(f"sign_vote must be None, 'flip' or 'zero', got {self.sign_vote!r}")
+        if self.committee_draw not in COMMITTEE_DRAWS:
+            raise ValueError(f"committee_draw must be one of {COMMITTEE_DRAWS}, got {self.committee_draw!r}")
         parse_attack_spec(self.attack)  # validates early
-        get_strategy(self.strategy, **dict(self.strategy_params))
 
     @property
     def trainers_per_round(self) -> int:
-        return self.nodes - self.committee
+        return self.nodes - self.job.committee_size
 
     @property
-    def effective_top_k(self) -> int:
-        return self.top_k or max(1, self.trainers_per_round - 1)
+    def scoring(self) -> ScoringRule:
+        """How honest members score: the job's rule (fl_node.job.scoring), as a node's committee."""
+        return self.custom_scoring or scoring(self.job)
+
+    @property
+    def defense(self) -> RoundDefense:
+        """The aggregation's defenses: the job's (fl_node.job.aggregation), as a node's aggregator."""
+        return self.custom_defense or aggregation.round_defense(self.job)
+
+
+def simulation(
+    dataset: str = "mnist",
+    *,
+    model: str = "mlp",
+    nodes: int = 5,
+    partition: str = "dirichlet:0.5",
+    attack: str | None = None,
+    collude: bool = False,
+    adaptive_attack: bool = False,
+    committee_draw: str = "chain",
+    chain_draws: bool = False,
+    public_holdouts: bool = False,
+    consensus: bool = True,
+    custom_scoring: ScoringRule | None = None,
+    custom_defense: RoundDefense | None = None,
+    **job_fields: Any,
+) -> SimulationConfig:
+    """A simulation of ``dataset`` whose job trains ``model`` with ``job_fields`` (JobConfig's own
+    fields and defaults, the node's; ``rounds`` is required; the job trains without DP unless
+    ``dp`` says otherwise)."""
+    job_fields.setdefault("dp", DPConfig(mode="none"))
+    splits = load_dataset(dataset, seed=job_fields.get("seed", 0))
+    return SimulationConfig(
+        job=job_for(splits, model, **job_fields),
+        dataset=dataset,
+        nodes=nodes,
+        partition=partition,
+        attack=attack,
+        collude=collude,
+        adaptive_attack=adaptive_attack,
+        committee_draw=committee_draw,
+        chain_draws=chain_draws,
+        public_holdouts=public_holdouts,
+        consensus=consensus,
+        custom_scoring=custom_scoring,
+        custom_defense=custom_defense,
+    )
 
 
 @dataclass
@@ -189,13 +199,7 @@ class Participant:
 
     def mechanism(self) -> UpdateGaussianMechanism | None:
         """A fresh update mechanism of this participant's plan (its releases are charged by the caller)."""
-        if self.plan is None or self.plan.train is None or self.plan.train.kind != "update_gaussian":
-            return None
-        return UpdateGaussianMechanism(
-            clip_norm=self.plan.clip_norm,
-            noise_multiplier=self.plan.update_noise_std / self.plan.clip_norm,
-            sampling_fraction=1.0,
-        )
+        return update_mechanism(self.plan) if self.plan is not None else None
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,7 @@ class SimulationResult:
         with_attack = [r for r in self.rounds if any(u.attacker for u in r.updates)]
         rejected = sum(r.attackers_rejected for r in with_attack)
         return {
-            "config": asdict(self.config),
+            "config": asdict(self.config) | {"job": self.config.job.as_dict()},
             "attackers": self.attackers,
             "final_accuracy": self.final_accuracy,
             "final_epsilon_rdp": self.rounds[-1].epsilon_rdp,
@@ -255,16 +259,20 @@ class SimulationResult:
         }
 
 
-def prepared_model_and_data(dataset: str, model: str, *, seed: int) -> tuple[DatasetSplits, torch.nn.Module]:
-    """The dataset and the trainable model; a fixed feature front-end is applied to the data once.
+def prepared_model_and_data(
+    dataset: str, model: str, *, seed: int, options: dict | None = None
+) -> tuple[DatasetSplits, torch.nn.Module]:
+    """The dataset and the trainable model (``options``: the job's model options); a fixed feature
+    front-end is applied to the data once.
 
     See :func:`fl_node.models.split_fixed_features`: the trained mechanism and
     every prediction are the same as with the whole model, only cheaper.
     """
     splits = load_dataset(dataset, seed=seed)
-    features, head = split_fixed_features(create_model(model, seed=seed, **splits.model_kwargs()))
+    kwargs: dict[str, Any] = dict(splits.model_kwargs()) | dict(options or {})
+    features, head = split_fixed_features(create_model(model, seed=seed, **kwargs))
     if features is not None:
-        key = (dataset, model, seed)  # a model's fixed features depend only on its name
+        key = (dataset, model, seed, repr(sorted(kwargs.items())))  # what fixes the front-end
         if key not in _FEATURIZED:
             _FEATURIZED.clear()  # one dataset's features at a time
             _FEATURIZED[key] = map_features(splits, features)
@@ -272,7 +280,7 @@ def prepared_model_and_data(dataset: str, model: str, *, seed: int) -> tuple[Dat
     return splits, head
 
 
-_FEATURIZED: dict[tuple[str, str, int], DatasetSplits] = {}
+_FEATURIZED: dict[tuple[str, str, int, str], DatasetSplits] = {}
 
 
 def node_address(seed: int, index: int) -> str:
@@ -282,17 +290,25 @@ def node_address(seed: int, index: int) -> str:
 
 def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[Participant]:
     attack, fraction = parse_attack_spec(config.attack)
-    attackers = choose_attackers(config.nodes, fraction, seed=config.seed)
-    train_parts = partition(splits.train.y, config.nodes, config.partition, seed=config.seed)
+    seed = config.job.seed
+    attackers = choose_attackers(config.nodes, fraction, seed=seed)
+    train_parts = partition(splits.train.y, config.nodes, config.partition, seed=seed)
     # Every organization holds a small labelled hold-out set of its own for committee scoring.
-    val_parts = partition(splits.val.y, config.nodes, "iid", seed=config.seed + 1)
+    val_parts = partition(splits.val.y, config.nodes, "iid", seed=seed + 1)
+    attacks: dict[int, Attack] = dict.fromkeys(attackers, attack) if attack is not None else {}
+    if attack is not None and attack.targeted:
+        # A targeted family's parameters are drawn from the run's seed; its outside pool (the
+        # edge-case inputs) is the training split. Attackers are ranked by index (DBA's parts).
+        drawn = targeted_attack(config, splits)
+        assert drawn is not None
+        attacks = {i: drawn.attacker(rank, len(attackers)) for rank, i in enumerate(sorted(attackers))}
     participants = [
         Participant(
             index=i,
-            address=node_address(config.seed, i),
+            address=node_address(seed, i),
             train=splits.train.subset(train_parts[i]),
             val=splits.val.subset(val_parts[i]),
-            attack=attack if i in attackers else None,
+            attack=attacks.get(i),
         )
         for i in range(config.nodes)
     ]
@@ -301,37 +317,36 @@ def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[
     return participants
 
 
+def targeted_attack(config: SimulationConfig, splits: DatasetSplits) -> TargetedAttack | None:
+    """The run's targeted attack (fl_node.attacks.draw_targeted, from the run's seed), None when the
+    run's attack is not a targeted family."""
+    attack, _ = parse_attack_spec(config.attack)
+    if attack is None or not attack.targeted:
+        return None
+    return draw_targeted(
+        attack.name,
+        seed=config.job.seed,
+        input_shape=splits.input_shape,
+        num_classes=splits.num_classes,
+        pool=splits.train,
+    )
+
+
 def participant_plan(config: SimulationConfig, participant: Participant) -> PrivacyPlan:
-    """The participant's privacy plan: one per participant, as each node computes its own."""
-    mode = "none" if config.epsilon is None else config.dp_mode
-    return plan_privacy(
-        mode=mode,
-        target_epsilon=config.epsilon,
-        delta=config.delta,
-        rounds=config.rounds,
-        num_train=len(participant.train),
-        num_records=len(participant.train) + len(participant.val),
-        batch_size=config.batch_size,
-        epochs=config.local_epochs,
-        clip_norm=config.max_grad_norm if config.dp_mode == "sgd" else config.update_clip_norm,
-        scores_per_round=config.trainers_per_round,
-        public_holdout=config.score_privacy == "public",
+    """The participant's privacy plan, as every node computes it (fl_node.job.plan): from the job
+    and public numbers only (its records, its hold-out flag, the score releases of a round)."""
+    return job_participant_plan(
+        config.job,
+        samples=len(participant.train) + len(participant.val),
+        public_holdout=config.public_holdouts,
+        scores_per_round=scores_per_round(config.nodes, config.job.committee_size),
     )
 
 
-def _train_config(config: SimulationConfig, seed: int, plan: PrivacyPlan | None) -> TrainConfig:
-    return TrainConfig(
-        batch_size=config.batch_size,
-        epochs=config.local_epochs,
-        lr=config.lr,
-        momentum=config.momentum,
-        proximal_mu=config.proximal_mu,
-        noise_multiplier=plan.sgd_noise_multiplier if plan else None,
-        delta=config.delta,
-        max_grad_norm=config.max_grad_norm,
-        rounds=config.rounds,
-        seed=seed,
-    )
+def round_settings(job: JobConfig, round_: int, index: int, plan: PrivacyPlan) -> TrainConfig:
+    """Participant ``index``'s training settings for ``round_`` (numbered from 1): the job's
+    (fl_node.job.training), as a node's trainer (backend.jobs.driver.trainer.round_settings)."""
+    return training.train_config(job, training.round_seed(job, round_, index), plan)
 
 
 def _local_update(
@@ -342,32 +357,28 @@ def _local_update(
     num_classes: int,
     round_index: int,
     secret: bytes | None,
-) -> tuple[dict[str, torch.Tensor], int]:
-    seed = config.seed * 1_000_003 + round_index * 1009 + participant.index
-    plan = participant.plan
-    if plan is not None and plan.train is not None:
-        participant.charge(plan.train)  # charged before training, as a node does
+) -> tuple[dict[str, torch.Tensor], int, int]:
+    """(update, samples, local steps) of one participant's round, trained as a node trains it."""
+    job, plan = config.job, participant.plan
+    assert plan is not None
+    settings = round_settings(job, round_index + 1, participant.index, plan)
+    # Adaptive work: every simulated node runs the job's nominal steps (no step times simulated).
+    steps = training.nominal_steps(job)
+    settings, release = training.adaptive_round(job, settings, plan, steps)
+    participant.charge(release)  # charged before training, as a node does
     result = local_round(
         model,
         global_state,
         participant.train,
-        _train_config(config, seed, plan),
+        settings,
         num_classes=num_classes,
         mechanism=participant.mechanism(),
         attack=participant.attack,
-        attack_seed=seed,
+        attack_seed=settings.seed,
         randomness=_stream(secret, "train", round_index, participant.index),
-        kept_rows=round_public_rows(
-            global_state,
-            config.sparse_tables,
-            config.public_rows,
-            private=config.epsilon is not None,
-            seed=config.seed,
-            round_=round_index + 1,
-            rule=config.public_rule,
-        ),
+        kept_rows=training.kept_rows(job, global_state, round_index + 1),
     )
-    return result.update, result.samples
+    return result.update, result.samples, steps
 
 
 def _stream(secret: bytes | None, *context: str | int) -> SecureRandom | None:
@@ -386,32 +397,34 @@ def run_simulation(
     stream from it (as a node could from a node-local secret)."""
     import time
 
-    torch.manual_seed(config.seed)
-    splits, model = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
-    _, scratch = prepared_model_and_data(config.dataset, config.model, seed=config.seed)
+    job = config.job
+    torch.manual_seed(job.seed)
+    splits, model = prepared_model_and_data(
+        config.dataset, job.model, seed=job.seed, options=job.model_options
+    )
+    _, scratch = prepared_model_and_data(config.dataset, job.model, seed=job.seed, options=job.model_options)
     # Nodes of an "absent" spec take no part (the honest-only reference); the rest keep their data.
     participants = [p for p in build_participants(config, splits) if not (p.attack and p.attack.absent)]
-    if len(participants) <= config.committee:
+    if len(participants) <= job.committee_size:
         raise ValueError(
-            f"{len(participants)} nodes take part: not enough for a committee of {config.committee}"
+            f"{len(participants)} nodes take part: not enough for a committee of {job.committee_size}"
         )
     by_address = {p.address: p for p in participants}
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     spec = update_spec(global_state)
-    strategy = get_strategy(config.strategy, **dict(config.strategy_params))
-    policy = SparsePolicy(encoding=config.update_encoding)
+    rule, defense = config.scoring, config.defense  # the job's, as every node's (fl_node.job)
     server_state = None
-    committee = [p.address for p in participants[: config.committee]]
+    everyone = [p.address for p in participants]
+    committee = everyone[: job.committee_size]
+    seed = bytes(32)
     if config.chain_draws:
-        seed = _chain_seed(config, "start")
-        committee = sorted((p.address for p in participants), key=lambda a: _tie_key(seed, a))[
-            : config.committee
-        ]
+        seed = first_seed(_chain_seed(config, "start"), 0)
+        committee = draw_committee(seed, everyone, job.committee_size)
     if config.committee_draw == "random":
         committee = _draw(config, [p.address for p in participants], 0)
     test_x, test_y = splits.test.tensors()
     records: list[RoundRecord] = []
-    for round_index in range(config.rounds):
+    for round_index in range(job.rounds):
         started = time.perf_counter()
         if config.consensus:
             trainers = [p for p in participants if p.address not in committee]
@@ -419,24 +432,23 @@ def run_simulation(
             trainers = list(participants)
         # Arrival order: copiers submit last, after they saw the update they copy.
         trainers.sort(key=lambda p: bool(p.attack and p.attack.copies))
-        encoded: dict[str, tuple[bytes, int]] = {}
-        for trainer in trainers:
-            update, samples = _local_update(
-                config, trainer, model, global_state, splits.num_classes, round_index, randomness_secret
-            )
-            if trainer.attack and trainer.attack.boosts and config.adaptive_attack and config.norm_bound:
-                update = boost_to_bound(update, config.norm_bound)
-            blob, _ = encode_with_policy(update, global_state, policy)  # as the node's trainer encodes
-            if trainer.attack and trainer.attack.copies and encoded:
-                blob = _copied_blob(encoded, by_address)
-            if trainer.attack and trainer.attack.claimed_samples:
-                samples = trainer.attack.claimed_samples
-            encoded[trainer.address] = (blob, samples)
+        encoded, steps = _train_round(
+            config,
+            trainers,
+            by_address,
+            model,
+            global_state,
+            splits.num_classes,
+            round_index,
+            randomness_secret,
+        )
         hashes = {a: content_hash(blob) for a, (blob, _) in encoded.items()}
         if config.consensus:
             # The chain keeps the first update of each content hash and bounds samples by the dataset.
             kept, _ = first_by_hash((a, hashes[a]) for a in encoded)
             weights = {a: cap_samples(encoded[a][1], len(by_address[a].train)) for a in kept}
+            # the round's seed, as RoundFinalized gives it: chained with the members' salts
+            seed = round_seed(seed, _chain_seed(config, "mix", round_index), round_index + 1)
             outcome = _committee_round(
                 config,
                 committee,
@@ -448,50 +460,32 @@ def run_simulation(
                 spec,
                 round_index,
                 randomness_secret,
-                _chain_seed(config, "tie", round_index) if config.chain_draws else bytes(32),
+                seed,
             )
         else:
             weights = {a: samples for a, (_, samples) in encoded.items()}
             outcome = RoundOutcome(
-                medians=dict.fromkeys(encoded, 0),
-                ranking=list(encoded),
-                accepted=list(encoded),
-                next_committee=list(committee),
+                medians=dict.fromkeys(encoded, 0), ranking=list(encoded), accepted=list(encoded)
             )
+        ids = {a: hashes[a] if config.consensus else a for a in encoded}
         accepted = [
-            WeightedUpdate(
-                decode_update(encoded[a][0], spec), weights[a], hashes[a] if config.consensus else a
-            )
-            for a in outcome.accepted
+            WeightedUpdate(decode_update(encoded[a][0], spec), weights[a], ids[a]) for a in outcome.accepted
         ]
+        # The job's aggregation (fl_node.job.aggregation), as the node's aggregator's.
+        strategy = aggregation.strategy(job, {ids[a]: steps[a] for a in encoded})
         if config.consensus:
             # Every honest node aggregates with the same function (backend.jobs.driver.aggregator calls
             # it too): the norm bound enforced again (colluding members can carry an update through the
-            # median, not past this check), the clip to the round's median norm, the sign vote and the
-            # verified step (fl_node.robust.defended_aggregate).
-            defense = RoundDefense(
-                top_k=config.effective_top_k,
-                norm_bound=config.norm_bound,
-                clip_to_median=config.clip_to_median,
-                sign_vote=config.sign_vote,
-                verified_step=config.verified_step,
-            )
-            clip_norm, votes, witness_votes = None, [], []
+            # median, not past this check), and the job's defenses (fl_node.robust.defended_aggregate).
+            clip_norm: float | None = None
+            votes: list[dict[str, torch.Tensor]] = []
+            witness_votes: list[dict[str, torch.Tensor]] = []
+            backers: list[Update] = []
             if defense.needs_votes:
-                # Over every submission kept on chain (not only the accepted): a committee majority of
-                # attackers picks what is averaged, but not the length it may have nor which directions
-                # survive (fl_node.robust.vote_roles: who votes and who only witnesses).
                 submitted = {a: decode_update(encoded[a][0], spec) for a in kept}
-                in_bound = [a for a in kept if within_norm_bound(submitted[a], config.norm_bound)]
-                voters, witnesses = vote_roles(
-                    in_bound, outcome.medians, base_median=outcome.base_median, margin=config.margin or 0
+                clip_norm, votes, witness_votes, backers = _round_votes(
+                    submitted, outcome, defense, rule.margin
                 )
-                clip_norm = aggregation_clip_norm(
-                    [update_norm(submitted[a]) for a in voters],
-                    [update_norm(submitted[a]) for a in witnesses],
-                )
-                votes = [v for v in (vote_signs(submitted[a]) for a in voters) if v is not None]
-                witness_votes = [v for v in (vote_signs(submitted[a]) for a in witnesses) if v is not None]
             global_state, server_state = defended_aggregate(
                 strategy,
                 global_state,
@@ -501,12 +495,12 @@ def run_simulation(
                 clip_norm=clip_norm,
                 voters=votes,
                 witnesses=witness_votes,
+                backers=backers,
             )
         elif accepted:
             global_state, server_state = strategy.aggregate(global_state, accepted, server_state)
         model.load_state_dict(global_state)
         metrics = evaluate(model, test_x, test_y)
-        histories = [p.history for p in participants if len(p.history)]
         record = RoundRecord(
             round=round_index + 1,
             committee=[by_address[a].index for a in committee],
@@ -524,22 +518,19 @@ def run_simulation(
             ],
             test_accuracy=metrics["accuracy"],
             test_loss=metrics["loss"],
-            epsilon_rdp=_job_epsilon(histories, config, rdp_epsilon),
-            epsilon_prv=_job_epsilon(histories, config, prv_epsilon),
-            score_epsilon_rdp=max(
-                (rdp_epsilon(p.score_history, delta=config.delta) for p in participants), default=0.0
-            ),
+            **_spent(job, participants),
             seconds=time.perf_counter() - started,
         )
         records.append(record)
         if on_round:
             on_round(record)
-        committee = outcome.next_committee
-        if config.committee_draw == "random" and config.consensus:
-            # From the round's trainers (committee members do not sit twice in a row), as the rank rule.
+        if config.consensus and config.committee_draw == "chain":
+            committee = draw_committee(seed, everyone, job.committee_size)  # the contract's next seats
+        elif config.consensus:
+            # From the round's trainers (committee members do not sit twice in a row).
             eligible = [t.address for t in trainers if t.address in outcome.medians]
             committee = (
-                _draw(config, eligible, round_index + 1) if len(eligible) >= config.committee else committee
+                _draw(config, eligible, round_index + 1) if len(eligible) >= job.committee_size else committee
             )
     attackers = sorted(p.index for p in participants if p.attack)
     return SimulationResult(
@@ -551,15 +542,70 @@ def run_simulation(
     )
 
 
+def _train_round(
+    config: SimulationConfig,
+    trainers: list[Participant],
+    by_address: dict[str, Participant],
+    model: torch.nn.Module,
+    global_state: dict[str, torch.Tensor],
+    num_classes: int,
+    round_index: int,
+    secret: bytes | None,
+) -> tuple[dict[str, tuple[bytes, int]], dict[str, int]]:
+    """Every trainer's (encoded update, samples it claims) and local steps of the round, in arrival
+    order: trained and encoded as a node's trainer does; an attacker may boost, bound, copy or lie."""
+    job = config.job
+    policy = job.sparse.policy()  # as the node's trainer encodes
+    encoded: dict[str, tuple[bytes, int]] = {}
+    steps: dict[str, int] = {}
+    for trainer in trainers:
+        update, samples, steps[trainer.address] = _local_update(
+            config, trainer, model, global_state, num_classes, round_index, secret
+        )
+        if trainer.attack and trainer.attack.boosts and config.adaptive_attack and job.norm_bound:
+            update = boost_to_bound(update, job.norm_bound)
+        if trainer.attack and trainer.attack.bounded and job.norm_bound:
+            update = constrain_to_bound(update, job.norm_bound)
+        blob, _ = encode_with_policy(update, global_state, policy)
+        if trainer.attack and trainer.attack.copies and encoded:
+            blob = _copied_blob(encoded, by_address)
+        if trainer.attack and trainer.attack.claimed_samples:
+            samples = trainer.attack.claimed_samples
+        encoded[trainer.address] = (blob, samples)
+    return encoded, steps
+
+
+def _round_votes(
+    submitted: Mapping[str, Update], outcome: RoundOutcome, defense: RoundDefense, margin: int
+) -> tuple[float | None, list[dict[str, torch.Tensor]], list[dict[str, torch.Tensor]], list[Update]]:
+    """(clip norm, votes, witness votes, backers) of a round for fl_node.robust.defended_aggregate, as
+    the node's aggregator computes them: over every submission kept on chain (not only the accepted),
+    so a committee majority of attackers picks what is averaged, but not the length it may have nor
+    which directions survive (fl_node.robust.vote_roles: who votes and who only witnesses)."""
+    in_bound = [a for a in submitted if within_norm_bound(submitted[a], defense.norm_bound)]
+    voters, witnesses = vote_roles(in_bound, outcome.medians, base_median=outcome.base_median, margin=margin)
+    clip_norm = aggregation_clip_norm(
+        [update_norm(submitted[a]) for a in voters], [update_norm(submitted[a]) for a in witnesses]
+    )
+    votes = [v for v in (vote_signs(submitted[a]) for a in voters) if v is not None]
+    witness_votes = [v for v in (vote_signs(submitted[a]) for a in witnesses) if v is not None]
+    # The backed magnitude's median: every submission that may vote, witnesses too (a minority of
+    # them cannot move it past the honest middle, and a captured committee that scores honest updates
+    # just above 0 would otherwise leave only its accomplices).
+    backers = [submitted[a] for a in (*voters, *witnesses)] if defense.backed_magnitude else []
+    return clip_norm, votes, witness_votes, backers
+
+
 def _chain_seed(config: SimulationConfig, *context: str | int) -> bytes:
-    """A 32-byte stand-in for one of the contract's block-drawn seeds, fixed by the run's seed."""
-    return hashlib.sha256(":".join(map(str, ("defl-sim-chain", config.seed, *context))).encode()).digest()
+    """A 32-byte stand-in for the secrets the chain mixes into its seeds (the participants' draw
+    secrets, the committee's salts), fixed by the run's seed."""
+    return hashlib.sha256(":".join(map(str, ("defl-sim-chain", config.job.seed, *context))).encode()).digest()
 
 
 def _draw(config: SimulationConfig, eligible: list[str], round_index: int) -> list[str]:
     """A committee drawn uniformly from ``eligible``, seeded by the run and the round."""
-    rng = np.random.default_rng([config.seed, round_index, 0xC0])
-    return [eligible[i] for i in rng.choice(len(eligible), size=config.committee, replace=False)]
+    rng = np.random.default_rng([config.job.seed, round_index, 0xC0])
+    return [eligible[i] for i in rng.choice(len(eligible), size=config.job.committee_size, replace=False)]
 
 
 def _copied_blob(encoded: dict[str, tuple[bytes, int]], by_address: dict[str, Participant]) -> bytes:
@@ -579,12 +625,14 @@ def _committee_round(
     spec,
     round_index: int,
     secret: bytes | None,
-    tie_seed: bytes = bytes(32),
+    seed: bytes = bytes(32),
 ) -> RoundOutcome:
-    """Every member scores the kept updates (and the base model when the job has a margin);
-    :func:`decide_round` decides. An update over the norm bound scores 0 from honest members."""
+    """Every member scores the kept updates and the base model by the job's scoring rule (as a node's
+    committee: fl_node.job.scoring); :func:`decide_round` decides with the job's margin. An update
+    over the norm bound scores 0 from honest members."""
+    rule = config.scoring
     decoded = {a: decode_update(encoded[a][0], spec) for a in kept}
-    scorable = {a for a in kept if within_norm_bound(decoded[a], config.norm_bound)}
+    scorable = {a for a in kept if within_norm_bound(decoded[a], rule.norm_bound)}
     accomplices = {a for a in kept if by_address[a].attack is not None}
     base_update = {k: torch.zeros_like(v) for k, v in global_state.items() if v.is_floating_point()}
     scores: dict[str, dict[str, int]] = {}
@@ -599,8 +647,8 @@ def _committee_round(
         noise = member.plan.score_noise_multiplier if member.plan else None
 
         def evaluate_one(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> float:
-            if config.score_scale != 1.0:
-                blob = scaled_update(blob, global_state, config.score_scale)
+            if rule.scale != 1.0:
+                blob = scaled_update(blob, global_state, rule.scale)
                 if blob is None:  # malformed
                     return 0.0
             return score_update(
@@ -609,15 +657,13 @@ def _committee_round(
                 blob,
                 vx,
                 vy,
-                metric=config.score_metric,
+                metric=rule.metric,
                 noise_multiplier=noise,
                 randomness=_stream(secret, "score", round_index, member.index, address),
             )
 
-        released = len(scorable) + (config.margin is not None)  # the base model's score is a release too
-        if config.margin is not None and not config.score_relative:
-            base_value = evaluate_one(BASE_KEY, base_update)
-        if config.score_relative:
+        released = len(scorable) + 1  # the base model's score is a release too
+        if rule.relative:
             # The node's scoring function, as the node's committee calls it.
             scores[member_address] = member_scores(
                 scratch,
@@ -625,10 +671,10 @@ def _committee_round(
                 {a: decoded[a] for a in kept},
                 vx,
                 vy,
-                scale=config.score_scale,
-                norm_bound=config.norm_bound,
-                clip_to_median=config.score_clipped,
-                metric=config.score_metric,
+                scale=rule.scale,
+                norm_bound=rule.norm_bound,
+                clip_to_median=rule.clip_to_median,
+                metric=rule.metric,
                 noise_multiplier=noise,
                 randomness=functools.partial(_stream, secret, "score", round_index, member.index),
             )
@@ -636,26 +682,36 @@ def _committee_round(
         else:
             values = {a: evaluate_one(a, encoded[a][0]) for a in kept if a in scorable}
             scores[member_address] = {a: score_to_int(values[a]) if a in values else 0 for a in kept}
-            if config.margin is not None:
-                base_scores[member_address] = score_to_int(base_value)
+            base_scores[member_address] = score_to_int(evaluate_one(BASE_KEY, base_update))
         member.charge(member.plan.score_release(released) if member.plan else None)
     return decide_round(
         kept,
         scores,
-        top_k=config.effective_top_k,
-        committee_size=config.committee,
-        current_committee=committee,
-        base_scores=base_scores if config.margin is not None else None,
-        margin=config.margin or 0,
-        tie_seed=tie_seed,
+        top_k=config.job.top_k,
+        base_scores=base_scores,
+        margin=rule.margin,
+        seed=seed,
     )
 
 
-def _job_epsilon(histories, config: SimulationConfig, accountant) -> float:
+def _spent(job: JobConfig, participants: list[Participant]) -> dict[str, float]:
+    """A round record's privacy figures: the largest epsilon any participant spent so far (training
+    and scores composed; RDP and PRV), and the largest on scores alone."""
+    histories = [p.history for p in participants if len(p.history)]
+    return {
+        "epsilon_rdp": _job_epsilon(histories, job, rdp_epsilon),
+        "epsilon_prv": _job_epsilon(histories, job, prv_epsilon),
+        "score_epsilon_rdp": max(
+            (rdp_epsilon(p.score_history, delta=job.dp.delta) for p in participants), default=0.0
+        ),
+    }
+
+
+def _job_epsilon(histories, job: JobConfig, accountant) -> float:
     """The largest epsilon any participant spent so far: training and scores composed."""
-    if config.epsilon is None:
+    if not job.dp.private:
         return 0.0
-    return max((accountant(h, delta=config.delta) for h in histories), default=0.0)
+    return max((accountant(h, delta=job.dp.delta) for h in histories), default=0.0)
 
 
 def centralized_baseline(

@@ -316,7 +316,7 @@ def round_public_rows(
     """The rows each sparse table of ``state`` keeps in round ``round_`` (numbered from 1, as on
     chain) of a job with ``count`` public rows; None for a job without DP or public rows.
 
-    The one rule of the node's trainer (backend.jobs.config.JobConfig.kept_rows) and of the
+    The one rule of the node's trainer (fl_node.job.training.kept_rows) and of the
     simulator (fl_node.simulate), so that a simulated private sparse run projects its updates as
     a node does.
     """

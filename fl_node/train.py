@@ -2,10 +2,11 @@
 
 * DP-SGD (Abadi et al. 2016, "Deep Learning with Differential Privacy"): Poisson
   sampling of each batch, per-example gradient clipping to ``max_grad_norm`` and
-  Gaussian noise, via Opacus (Yousefpour et al. 2021) or, for the Sequential
-  Linear/Conv2d/GroupNorm models it supports, ``fl_node.dp_engine`` (grad-sample
-  mode "bk": the same mechanism and noise draws, per-example norms and the
-  clipped sum from one backward, no per-example gradient stacks). Either a fixed noise
+  Gaussian noise, one loop over one interface (``fl_node.dp_sgd.DPGradient``) whose engine is
+  ``fl_node.dp_engine`` for the Sequential Linear/Conv2d/GroupNorm models it supports
+  (grad-sample mode "bk": per-example norms and the clipped sum from one backward, no
+  per-example gradient stacks) and Opacus (Yousefpour et al. 2021) for the others: the same
+  mechanism and noise draws either way (fl_node.dp_sgd says why two). Either a fixed noise
   multiplier, or a target epsilon for the whole job: sigma is calibrated once
   for ``rounds x steps per round`` with the RDP accountant, so the job ends
   within its target after its last round.
@@ -55,25 +56,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
-from opacus.grad_sample.utils import prepare_module
-from opacus.optimizers import DPOptimizer
-from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 from torch import nn
 
 from fl_node.data import ArrayDataset
-from fl_node.dp_engine import _MAX_PER_EXAMPLE_ELEMENTS, BookKeepingDP, StepNoise, _leaves, unsupported_reason
+from fl_node.dp_engine import _MAX_PER_EXAMPLE_ELEMENTS, _leaves
+from fl_node.dp_sgd import DEFAULT_GRAD_SAMPLE_MODE, GRAD_SAMPLE_MODES, dp_gradient, resolve_grad_sample_mode
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, PrivacySpent, calibrate_noise
 from fl_node.secure_random import NoiseSource, SecureRandom, poisson_batches
 
 logger = logging.getLogger(__name__)
-
-# "bk" is fl_node.dp_engine (book-keeping per-example clipping, one backward); the others are Opacus's.
-GRAD_SAMPLE_MODES = ("bk", "hooks", "ew", "functorch")
-OPACUS_GRAD_SAMPLE_MODES = ("hooks", "ew", "functorch")
-# Fastest correct mode on the CPU CNN in bench/dp_overhead.py. Models that "bk" does not
-# support train with FALLBACK_GRAD_SAMPLE_MODE (Opacus ExpandedWeights) instead.
-DEFAULT_GRAD_SAMPLE_MODE = "bk"
-FALLBACK_GRAD_SAMPLE_MODE = "ew"
 
 
 # Hooks called before each local step, innermost last (see the module doc).
@@ -132,8 +123,10 @@ def resolve_device(config_device: str | None = None) -> torch.device:
 class TrainConfig:
     """Local-training settings; DP is on when ``noise_multiplier`` or ``target_epsilon`` is set.
 
-    ``batch_size`` is the expected batch size under Poisson sampling. One round
-    runs ``local_steps`` steps, or ``epochs`` passes of ceil(n / batch_size) steps.
+    ``batch_size`` is the expected batch size under Poisson sampling: each example joins each
+    step's batch with probability ``sample_rate`` (a privacy plan's, fixed from public values),
+    or batch_size / n when none is given. One round runs ``local_steps`` steps, or ``epochs``
+    passes of ceil(n / batch_size) steps.
     ``rounds`` is the number of rounds in the job, needed to calibrate a target epsilon.
     ``grad_sample_mode`` picks the DP-SGD engine: "bk" (``fl_node.dp_engine``; models it
     does not support fall back to Opacus "ew", logged with the reason) or an Opacus mode.
@@ -155,6 +148,7 @@ class TrainConfig:
     delta: float = 1e-5
     max_grad_norm: float = 1.0
     rounds: int = 1
+    sample_rate: float | None = None
     grad_sample_mode: str = DEFAULT_GRAD_SAMPLE_MODE
     seed: int = 0
     device: str | None = None  # None: the context's (on_device), else the CPU
@@ -171,6 +165,10 @@ class TrainConfig:
         _require(self.weight_decay >= 0, f"weight_decay must be non-negative, got {self.weight_decay}")
         _require(self.proximal_mu >= 0, f"proximal_mu must be non-negative, got {self.proximal_mu}")
         _require(self.rounds >= 1, f"rounds must be at least 1, got {self.rounds}")
+        _require(
+            self.sample_rate is None or (_positive(self.sample_rate) and self.sample_rate <= 1),
+            f"sample_rate must be in (0, 1] when set, got {self.sample_rate}",
+        )
         _require(
             self.noise_multiplier is None or self.target_epsilon is None,
             "set either noise_multiplier or target_epsilon, not both",
@@ -220,7 +218,7 @@ def plan_round(num_samples: int, config: TrainConfig) -> StepPlan:
     if num_samples < 1:
         raise ValueError("cannot train on an empty dataset")
     steps = config.local_steps or config.epochs * math.ceil(num_samples / config.batch_size)
-    sample_rate = min(config.batch_size / num_samples, 1.0)
+    sample_rate = config.sample_rate or min(config.batch_size / num_samples, 1.0)
     noise = config.noise_multiplier
     if config.target_epsilon is not None:
         noise = calibrate_noise(
@@ -465,11 +463,15 @@ def _train_private(
     ledger: BudgetLedger | None,
     noise_device: torch.device | None = None,
 ) -> None:
-    """DP-SGD steps; ``noise_device`` (the training device off the CPU) takes the device path."""
+    """DP-SGD steps through the mode's engine (fl_node.dp_sgd: "bk" or Opacus, one interface);
+    ``noise_device`` (the training device off the CPU) takes the device path.
+
+    Every step: a Poisson batch, the engine's clipped noisy gradient (an empty batch is still a
+    noisy step), the step recorded, the proximal gradient (post-processing), the SGD step.
+    """
     assert plan.noise_multiplier is not None
     model.train()
     anchors = _proximal_anchors(model, config)
-    mode = resolve_grad_sample_mode(model, config.grad_sample_mode)
     record = _accounting_hook(plan, history, ledger)
     # Each example joins each batch independently with probability sample_rate: the privacy
     # amplification that the RDP analysis assumes holds for exactly this sampling (batches vary
@@ -478,79 +480,14 @@ def _train_private(
     batches: Iterator[torch.Tensor] = masks
     if noise_device is not None:  # the masks are drawn on the CPU; the batch is gathered on the device
         batches = (idx.to(noise_device, non_blocking=True) for idx in masks)
-    if mode == "bk":
-        with contextlib.closing(masks):
-            _train_private_bk(model, x, y, config, plan, randomness, anchors, record, batches, noise_device)
-        return
-    wrapped = prepare_module(model, mode)
-    optimizer = SecretNoiseDPOptimizer(
-        _sgd(wrapped, config),
-        noise_multiplier=plan.noise_multiplier,
-        max_grad_norm=config.max_grad_norm,
-        expected_batch_size=config.batch_size,
-        randomness=randomness.fork("noise"),
-        noise_device=noise_device,
-    )
-    optimizer.attach_step_hook(record)
-    try:
-        for step, idx in zip(range(plan.steps), batches, strict=False):
-            _at_step(step)
-            optimizer.zero_grad(set_to_none=True)
-            if len(idx) == 0:
-                _empty_grad_samples(optimizer)  # still a noisy step: skipping would reveal the empty batch
-            else:
-                nn.functional.cross_entropy(wrapped(x[idx]), y[idx]).backward()
-            if optimizer.pre_step():  # clip, noise, account
-                add_proximal_gradient(anchors, config.proximal_mu)
-                optimizer.original_optimizer.step()
-    finally:
-        masks.close()
-        optimizer.close()
-        optimizer.zero_grad(set_to_none=True)
-        wrapped._close()
-
-
-def resolve_grad_sample_mode(model: nn.Module, requested: str) -> str:
-    """The mode that will train ``model``: "bk" falls back to Opacus for models it does not support."""
-    if requested != "bk":
-        return requested
-    reason = unsupported_reason(model)
-    if reason is None:
-        return "bk"
-    logger.info(
-        "grad_sample_mode 'bk' does not support this model (%s); using Opacus mode %r",
-        reason,
-        FALLBACK_GRAD_SAMPLE_MODE,
-    )
-    return FALLBACK_GRAD_SAMPLE_MODE
-
-
-def _train_private_bk(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    config: TrainConfig,
-    plan: StepPlan,
-    randomness: NoiseSource,
-    anchors: list[tuple[nn.Parameter, torch.Tensor]],
-    record: Callable[[object], None],
-    batches: Iterator[torch.Tensor],
-    noise_device: torch.device | None,
-) -> None:
-    """The same mechanism as the Opacus loop, with fl_node.dp_engine computing the noisy gradient.
-
-    Same Poisson batches, clip factors, noise draws (same stream, same order)
-    and scaling; an empty batch is still a noisy step.
-    """
-    assert plan.noise_multiplier is not None
     optimizer = _sgd(model, config)
-    engine = BookKeepingDP(
+    engine = dp_gradient(
         model,
+        resolve_grad_sample_mode(model, config.grad_sample_mode),
         noise_multiplier=plan.noise_multiplier,
         max_grad_norm=config.max_grad_norm,
         expected_batch_size=config.batch_size,
         noise=randomness.fork("noise"),
-        loss_reduction="mean",
         noise_device=noise_device,
     )
     try:
@@ -564,6 +501,7 @@ def _train_private_bk(
             add_proximal_gradient(anchors, config.proximal_mu)
             optimizer.step()
     finally:
+        masks.close()
         engine.close()
         engine.zero_grad()
 
@@ -582,44 +520,6 @@ def _accounting_hook(
             ledger.record(noise_multiplier=noise, sample_rate=plan.sample_rate)
 
     return record
-
-
-class SecretNoiseDPOptimizer(DPOptimizer):
-    """Opacus's DPOptimizer drawing its noise from a secret stream instead of a torch generator.
-
-    Opacus's own secure mode needs torchcsprng, which has no build for this torch; the
-    stream's ``normal`` is the same four-draw construction.
-    """
-
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        *,
-        randomness: NoiseSource,
-        noise_device: torch.device | str | None = None,
-        **kwargs: object,
-    ) -> None:
-        super().__init__(optimizer, **kwargs)
-        self.noise = randomness
-        self._noise = StepNoise(randomness, self.params, device=noise_device)
-
-    def add_noise(self) -> None:
-        std = self.noise_multiplier * self.max_grad_norm
-        for p in self.params:
-            _check_processed_flag(p.summed_grad)
-        _, noises = self._noise.draw(std)
-        for p, noise in zip(self.params, noises, strict=True):
-            p.grad = noise.add_(p.summed_grad.view_as(noise)).view_as(p)
-            _mark_as_processed(p.summed_grad)
-
-    def close(self) -> None:
-        """Stop drawing noise ahead (the training run is over)."""
-        self._noise.close()
-
-
-def _empty_grad_samples(optimizer: DPOptimizer) -> None:
-    for p in optimizer.params:
-        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
 
 
 @torch.no_grad()

@@ -20,3 +20,12 @@ from backend.settings import *  # noqa: E402,F403
 # their own values (tests/cluster/conftest.py). Node processes the tests start use backend.settings.
 DEFL_CLUSTER_HEARTBEAT_S = 3600.0
 DEFL_CLUSTER_WORKER_TIMEOUT_S = 86400.0
+
+# Passwords this test process hashes use MD5: Django's PBKDF2 costs about a second of CPU a login
+# on the 2-core machine, which made the login, lockout and account tests the slowest in-process
+# ones, and what they test is who may log in, not the hash. Hashes made elsewhere (a node process,
+# a previous release's database) still verify with the default hashers listed after it. Node
+# processes the tests start use backend.settings, so their hashing is the production one.
+from django.conf import global_settings  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]

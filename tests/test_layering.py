@@ -26,13 +26,14 @@ HARNESS = "devnet"  # the development harness, apart from the product
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
-        {"identity", "peers", "celery", "environ_config", "limits"},  # leaves: import no other app
-        {"api"},  # cross-cutting API pieces (reads roles)
+        {"identity", "peers", "celery", "environ_config"},  # leaves: import no other app
+        {"api", "telemetry"},  # cross-cutting API pieces (reads roles); metric counters and log format
         {"ledger"},  # the only code talking to the chain (signs with the node key)
         {"swarm"},  # the only code touching chunks (its peer routes sit behind peers)
         {"datasets", "nodes", "serving"},  # datasets and grants; users and registration; models
         {"cluster"},  # workers, slots and the tasks the driver's actions run as
-        {"jobs"},  # job flows, the round driver, its agent and the `node` command
+        {"jobs"},  # the protocol engine: the round driver, sealed updates, its agent, the `node` command
+        {"jobs_api", "monitoring"},  # the jobs REST API over the engine; /metrics and health over every app
         {"web", "api_urls", "settings", "wsgi"},  # dashboard, routes, entry points
         {"urls"},
     )
@@ -104,6 +105,79 @@ def _app_edges() -> set[tuple[str, str, str]]:
     return edges
 
 
+def _file_imports(path: Path, known: set[str], root: Path = ROOT) -> set[str]:
+    """The modules of ``known`` a file imports, every import counted (module level, in a function,
+    under TYPE_CHECKING): ``from a.b import c`` is a.b.c where that is a module, else a.b; and
+    each package above an imported module (importing a.b.c runs a and a.b first)."""
+    package = _module_of(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module)
+    with_parents = {".".join(name.split(".")[:i]) for name in found for i in range(1, name.count(".") + 2)}
+    return with_parents & known
+
+
+def _file_graph(packages: tuple[str, ...], root: Path = ROOT) -> dict[str, set[str]]:
+    paths = {
+        _module_of(p, root): p
+        for package in packages
+        for p in (root / package).rglob("*.py")
+        if "migrations" not in p.parts
+    }
+    known = set(paths)
+    return {module: _file_imports(path, known, root) - {module} for module, path in paths.items()}
+
+
+def _file_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one file (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, targets = work[-1]
+            w = next(targets, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
 def test_the_sources_are_found() -> None:
     # Guards the tests below against passing on an empty walk.
     assert len(_sources("fl_node")) > 20 and len(_sources("backend")) > 100
@@ -137,6 +211,20 @@ def test_only_the_ledger_talks_to_the_chain() -> None:
         if "ledger" not in path.relative_to(ROOT).parts
     }
     assert {path: names for path, names in offending.items() if names} == {}
+
+
+def test_only_the_ledger_reaches_web3_through_a_client() -> None:
+    # Importing web3 is the ledger's alone (above); so is reaching it through a ledger object's
+    # ``w3`` attribute: every other module asks the ledger's typed classes (ChainClient's
+    # block_number, block_timestamp, call, transact...; the contract classes).
+    offending = sorted(
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in _sources("backend") + _sources("fl_node") + _sources(HARNESS)
+        if "ledger" not in path.relative_to(ROOT).parts
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Attribute) and node.attr == "w3"
+    )
+    assert offending == []
 
 
 def test_only_the_swarm_touches_chunks() -> None:
@@ -203,3 +291,31 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path, source: str) -> 
     path = tmp_path / "m.py"
     path.write_text("def f():\n    " + source)
     assert _imports(path) & {"web3", "backend.swarm.store", "devnet"}
+
+
+def test_no_file_imports_itself_through_others() -> None:
+    # Beside the app layers: no circle of files either, inside an app or across, counting imports
+    # in functions and under TYPE_CHECKING (a type-only import is still a dependency to read).
+    graph = _file_graph(("backend", "fl_node", HARNESS))
+    assert len(graph) > 230 and sum(map(len, graph.values())) > 1000  # guards an empty walk
+    assert _file_cycles(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("b_source", "circle"),
+    [
+        ("from p import a\n", True),
+        ("def f():\n    from p.a import X\n", True),  # inside a function
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n", True),
+        ("from p import c\n", False),
+    ],
+)
+def test_the_file_walk_sees_every_circle(tmp_path: Path, b_source: str, circle: bool) -> None:
+    package = tmp_path / "p"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from p.b import Y\nX = 1\n")
+    (package / "b.py").write_text(b_source + "Y = 2\n")
+    (package / "c.py").write_text("Z = 3\n")
+    cycles = _file_cycles(_file_graph(("p",), tmp_path))
+    assert cycles == ([["p.a", "p.b"]] if circle else [])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from suite_order import FILE_SECONDS
 
 TESTS = Path(__file__).resolve().parent
@@ -28,6 +29,7 @@ def test_every_file_with_a_measured_duration_exists():
     assert missing == [], f"tests/conftest.py FILE_SECONDS names files that are gone: {missing}"
 
 
+@pytest.mark.slow  # a pytest run of its own: three interpreters importing torch
 def test_the_two_workers_start_with_the_two_longest_files(tmp_path):
     # A suite of its own, with this repository's conftest and suite_order: a file FILE_SECONDS names (one quick
     # test), a file marked e2e, and two unmarked files with more tests (xdist's own order, by

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 
 class DomainError(Exception):
-    """Base of errors that a user can act on; ``str(exc)`` is the message they see."""
+    """Base of errors that a user can act on; ``str(exc)`` is the message they see.
+
+    ``field`` names the request's field that causes it, when one does: the answer then carries
+    ``errors: {field: [message]}`` and the dashboard shows the message beside that field.
+    """
 
     status_code = 400
-
-
-class InvalidInput(DomainError):
-    """The request is well-formed but its content is unusable (bad file, wrong schema)."""
 
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
+
+
+class InvalidInput(DomainError):
+    """The request alone is unusable: a value no state of the node could accept (a 400)."""
 
 
 class NotFound(DomainError):
@@ -27,7 +31,8 @@ class NotFound(DomainError):
 
 
 class Conflict(DomainError):
-    """The request clashes with the current state (duplicate, already revoked, revert on chain)."""
+    """A well-formed request that the node's state refuses: a duplicate, a dataset too small for the
+    job's delta, more seats than the federation has members, a job not open, a revert on chain."""
 
     status_code = 409
 

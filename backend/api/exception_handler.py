@@ -26,7 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from backend.api.errors import DomainError, InvalidInput
+from backend.api.errors import DomainError
 from fl_node.privacy import PrivacyBudgetExceeded
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def exception_handler(exc, context):
     if isinstance(exc, DomainError):
         detail = scrub(str(exc))
         body: dict[str, object] = {"detail": detail}
-        if isinstance(exc, InvalidInput) and exc.field:
+        if exc.field:
             body["errors"] = {exc.field: [detail]}
         return Response(body, status=exc.status_code)
 

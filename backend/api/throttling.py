@@ -11,12 +11,16 @@ many addresses; the price is that a guesser can keep one account locked, for a b
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 
 from django.conf import settings
 from django.core.cache import cache
-from rest_framework.exceptions import Throttled
+from rest_framework.exceptions import APIException, Throttled
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+
+LOCKED = "too many failed logins for this account or from this address"
+TOO_FAST = "too many login attempts for this account or from this address"
 
 
 def client_address(request) -> str:
@@ -26,8 +30,32 @@ def client_address(request) -> str:
     return BaseThrottle().get_ident(request) or ""
 
 
+def wait_in_words(seconds: float) -> str:
+    """ "in 40 seconds", "in 3 minutes", "in 2 hours": a wait rounded up, as a person reads it."""
+    seconds = max(math.ceil(seconds), 1)
+    unit, size = ("hour", 3600) if seconds >= 3600 else ("minute", 60) if seconds >= 60 else ("second", 1)
+    count = math.ceil(seconds / size)
+    return f"in {count} {unit}{'s' if count > 1 else ''}"
+
+
+class LoginRefused(Throttled):
+    """429 with Retry-After and one sentence (DRF's Throttled appends a second one of its own)."""
+
+    def __init__(self, wait: float, reason: str):
+        APIException.__init__(self, f"{reason}: try again {wait_in_words(wait)}")
+        self.wait = max(math.ceil(wait), 1)
+
+
+class RefusesLoginsPolitely:
+    """For a login view: a rate throttle's 429 says what to do, in the same words as the lockout."""
+
+    def throttled(self, request, wait):
+        raise LoginRefused(wait or 1, TOO_FAST)
+
+
 def _submitted_username(request) -> str:
-    data = request.data
+    # A DRF request (the API's login) has .data, a Django one (the admin's login form) .POST.
+    data = request.data if hasattr(request, "data") else request.POST
     username = data.get("username") if hasattr(data, "get") else None
     # Bounded and normalised: a megabyte of username must not become a megabyte of cache key.
     return str(username or "")[:256].strip().lower()
@@ -68,14 +96,7 @@ class LoginLockout:
         now = time.time()
         locked_until = max((cache.get(key) or {}).get("until", 0) for key in self.keys)
         if locked_until > now:
-            wait = int(locked_until - now) + 1
-            raise Throttled(
-                wait=wait,
-                detail=(
-                    f"too many failed logins for this account or from this address: "
-                    f"logins are locked for {wait} more seconds"
-                ),
-            )
+            raise LoginRefused(locked_until - now, LOCKED)
 
     def failed(self) -> None:
         # get + set, not an atomic increment (the database cache has none): concurrent guesses

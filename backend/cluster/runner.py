@@ -28,6 +28,7 @@ too large for every GPU slot trains on a CPU slot.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -325,12 +326,15 @@ def run(
     node: str = "",
     demand: TaskDemand = TRAIN_DEMAND,
     nice: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
     **kwargs,
 ) -> T:
     """One attempt of the task of (job, round, kind): ``fn(*args, **kwargs)`` on a slot of this worker.
 
     Raises TaskCancelled, TaskGaveUp, or the attempt's own exception (the task is then queued
-    again with its back-off, or failed for good after its last attempt).
+    again with its back-off, or failed for good after its last attempt). ``clock`` times the
+    attempt (its ``duration_s``, which adaptive local work reads as the round's step time); a
+    test passes one it advances itself.
     """
     task = enqueue(job_id, round_, kind, node=node)
     if task.state == State.CANCELLED or task.cancel_requested:
@@ -365,25 +369,29 @@ def run(
     lane = _take_lane(slot.pk)
     handlers: list[_ThreadLog] = []
     stop = threading.Event()
-    clock = time.perf_counter()
+    began = clock()
     try:
         executor = thread_priority.low_priority(f"task-{slot.device_name}-{lane}", nice)
-        future = executor.submit(_logged(_in_slot(fn, slot.device_name, stop), handlers), *args, **kwargs)
+        # The training thread logs under the action's job, round and kind (contextvars are per thread).
+        context = contextvars.copy_context()
+        future = executor.submit(
+            context.run, _logged(_in_slot(fn, slot.device_name, stop), handlers), *args, **kwargs
+        )
         result = _wait(future, task, stop)
     except _Stopped as exc:
-        seconds = time.perf_counter() - clock
+        seconds = clock() - began
         captured = "".join(line for h in handlers for line in h.lines)
         append_log(task, captured + _line(f"cancelled while running: {exc} after {seconds:.3f} s"))
         Task.objects.filter(pk=task.pk).update(duration_s=seconds)
         _cancel(task)
         raise TaskCancelled(f"task {task.pk} was cancelled while it ran ({exc})") from None
     except BaseException as exc:
-        _failed(task, attempt, time.perf_counter() - clock, exc, handlers)
+        _failed(task, attempt, clock() - began, exc, handlers)
         raise
     finally:
         _free_lane(slot.pk, lane)
         placement.release(task)
-    seconds = time.perf_counter() - clock
+    seconds = clock() - began
     captured = "".join(line for h in handlers for line in h.lines)
     task.refresh_from_db(fields=["cancel_requested", "log"])
     if task.cancel_requested:

@@ -31,7 +31,21 @@ class WorkerSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "host", "pid", "queue", "state", "live", "started", "last_heartbeat", "slots"]
 
 
+def error_summary(error: str) -> str:
+    """What a provider or viewer reads of a task's error: its kind, never its text.
+
+    The text can name paths, peers and the values the task saw in its data; the operator reads
+    it (and the log) in full, everyone else this."""
+    if not error:
+        return ""
+    kind = error.split(":", 1)[0].strip()
+    kind = kind if kind.isidentifier() and len(kind) <= 64 else "an error"
+    return f"{kind} (the node's operator sees the details)"
+
+
 class TaskSerializer(serializers.ModelSerializer):
+    """A task; ``error`` and ``log`` in full for operators only (context ``operator``), else a summary."""
+
     queue_position = serializers.IntegerField(
         allow_null=True, help_text="1-based place in this node's queue while queued, else null"
     )
@@ -45,6 +59,18 @@ class TaskSerializer(serializers.ModelSerializer):
             "max_attempts", "next_retry_at", "cancel_requested", "worker", "device", "amount",
             "created", "started_at", "finished_at", "wait_s", "duration_s", "error", "log",
         ]  # fmt: skip
+        extra_kwargs = {
+            "error": {"help_text": "the last failure: in full for operators, its kind for other roles"},
+            "log": {"help_text": "the task's log lines: operators only (empty for other roles)"},
+        }
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not self.context.get("operator"):
+            data["error"] = error_summary(data.get("error") or "")
+            if "log" in data:
+                data["log"] = ""
+        return data
 
 
 class TaskBriefSerializer(TaskSerializer):

@@ -18,6 +18,7 @@ from backend.cluster.serializers import (
     PrioritySerializer,
     TaskSerializer,
 )
+from backend.identity.roles import Role, role_of
 from backend.ledger import models as mirror
 
 LIST_LIMIT = 100  # tasks per list of the cluster view
@@ -33,6 +34,11 @@ def _annotated(tasks, positions: dict[int, int]) -> list[Task]:
 
 def _tasks():
     return Task.objects.select_related("worker", "slot")
+
+
+def _shown_to(request) -> dict:
+    """Serializer context: raw errors and logs for operators, a summary for other roles."""
+    return {"operator": role_of(request.user) == Role.OPERATOR}
 
 
 class ClusterView(APIView):
@@ -75,7 +81,7 @@ class ClusterView(APIView):
             "queued": _annotated(queued[:LIST_LIMIT], positions),
             "recent_failures": _annotated(failures[:LIST_LIMIT], positions),
         }
-        return Response(ClusterSerializer(payload).data)
+        return Response(ClusterSerializer(payload, context=_shown_to(request)).data)
 
 
 def _job_exists(job_id: int) -> bool:
@@ -97,7 +103,7 @@ class JobTasksView(APIView):
             "priority": runner.job_priority(job_id),
             "tasks": _annotated(tasks, runner.queue_positions()),
         }
-        return Response(JobTasksSerializer(payload).data)
+        return Response(JobTasksSerializer(payload, context=_shown_to(request)).data)
 
 
 class TaskCancelView(APIView):
@@ -116,7 +122,7 @@ class TaskCancelView(APIView):
             raise Conflict(str(exc)) from exc
         task = _tasks().get(pk=task.pk)
         task.queue_position = None
-        return Response(TaskSerializer(task).data)
+        return Response(TaskSerializer(task, context=_shown_to(request)).data)
 
 
 class JobPriorityView(APIView):

@@ -37,6 +37,7 @@ from backend.api.errors import BudgetExceeded, Conflict, InvalidInput
 from backend.datasets import chain
 from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
 from backend.ledger import access as ledger_access
+from backend.ledger.resources import SpendKind
 from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, ReleasePlan, rdp_epsilon
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ class Charge:
     job: str
     micro_epsilon: int
     round: int = 0
+    # what the chain records (DataRegistry.PrivacySpent): scores, or a training release and its steps
+    kind: SpendKind = SpendKind.UPDATE
+    steps: int = 0
 
     @property
     def onchain(self) -> bool:
@@ -193,7 +197,9 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
     except PrivacyBudgetExceeded as exc:
         shared = f" (a budget shared by datasets {list(terms.members)})" if len(terms.members) > 1 else ""
         raise BudgetExceeded(f"dataset {dataset.name!r}{shared}: {exc}") from exc
-    increase = max(math.ceil((projected - spent_before) * chain.MICRO_EPSILON), 0)
+    # At least one micro-epsilon: the chain needs a recorded spend for every published release
+    # (submitUpdate and revealScores refuse without), even one that moves the composed curve by less.
+    increase = max(math.ceil((projected - spent_before) * chain.MICRO_EPSILON), 1)
     PrivacyRelease.objects.create(
         dataset_id=dataset.pk,
         job=job,
@@ -207,7 +213,16 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
         micro_epsilon=increase,
         status=status,
     )
-    return Charge(projected, dataset.onchain_id, job, increase, round=round_ or 0)
+    scores = plan.kind == PrivacyRelease.Kind.SCORE_COUNT
+    return Charge(
+        projected,
+        dataset.onchain_id,
+        job,
+        increase,
+        round=round_ or 0,
+        kind=SpendKind.SCORES if scores else SpendKind.UPDATE,
+        steps=0 if scores else plan.steps,
+    )
 
 
 @transaction.atomic
@@ -312,6 +327,47 @@ def settle_closed(
 
 
 @transaction.atomic
+def record_chain_release(
+    dataset: Dataset,
+    job: str | int,
+    round_: int,
+    plan: ReleasePlan,
+    *,
+    micro_epsilon: int,
+    withheld: bool = False,
+) -> PrivacyRelease:
+    """Record a release the chain holds for this node and its database lost (restored from a backup
+    taken before it; ``backend.jobs.driver.reconcile``), from the job's public plan: released (or
+    withheld), WITHOUT the cap check. It happened, so refusing it would only hide it; every later
+    release is checked against a budget that counts it. ``micro_epsilon``: what the chain recorded."""
+    if not isinstance(plan, ReleasePlan):
+        raise InvalidInput(f"a release is recorded with a ReleasePlan, got {type(plan).__name__}")
+    round_ = _round_number(round_)
+    job = str(job)
+    if not 0 < len(job) <= MAX_JOB_LENGTH or plan.steps > MAX_STEPS:
+        raise InvalidInput(
+            f"a job id has 1 to {MAX_JOB_LENGTH} characters and a release at most {MAX_STEPS} steps"
+        )
+    terms = _lock_budget(dataset)
+    history = compose(_group_releases(terms)).extended(
+        noise_multiplier=plan.noise_multiplier, sample_rate=plan.sample_rate, steps=plan.steps
+    )
+    return PrivacyRelease.objects.create(
+        dataset_id=dataset.pk,
+        job=job,
+        round=round_,
+        kind=plan.kind,
+        noise_multiplier=plan.noise_multiplier,
+        sample_rate=plan.sample_rate,
+        steps=plan.steps,
+        delta=terms.delta,
+        epsilon_after=rdp_epsilon(history, delta=terms.delta),
+        micro_epsilon=micro_epsilon,
+        status=PrivacyRelease.Status.WITHHELD if withheld else PrivacyRelease.Status.RELEASED,
+    )
+
+
+@transaction.atomic
 def reserve_budget(
     dataset: Dataset, job: str | int, *, noise_multiplier: float, sample_rate: float, steps: int
 ) -> Charge:
@@ -351,10 +407,11 @@ def spend_of(releases: list[PrivacyRelease], delta: float) -> Spend:
     return Spend(spent, max(total - spent, 0.0))
 
 
-def job_spend(dataset: Dataset, job: str | int) -> Spend:
-    """What ``job``'s own releases on the dataset cost, at the budget group's delta."""
-    delta = group_terms(dataset).delta
-    return spend_of(list(dataset.releases.filter(job=str(job)).order_by("id")), delta)
+def job_spend(dataset: Dataset, job: str | int, *, delta: float | None = None) -> Spend:
+    """What ``job``'s own releases on the dataset cost, composed on their own: at ``delta`` (the
+    job's, for a figure shown as the job's), or the budget group's by default."""
+    at = delta if delta is not None else group_terms(dataset).delta
+    return spend_of(list(dataset.releases.filter(job=str(job)).order_by("id")), at)
 
 
 def job_epsilon(dataset: Dataset, job: str | int, *, delta: float | None = None) -> float:
@@ -409,7 +466,9 @@ def send_spend(charge: Charge) -> Future:
         return done
 
     def send() -> str:
-        return ledger.fl.spend_privacy(int(charge.job), charge.round, charge.micro_epsilon).tx_hash
+        return ledger.fl.spend_privacy(
+            int(charge.job), charge.round, charge.micro_epsilon, charge.kind, charge.steps
+        ).tx_hash
 
     return _chain_sender.submit(send)
 
@@ -427,5 +486,5 @@ def charge_budget(
         dataset, job, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps
     )
     if charge.onchain:
-        chain.spend_privacy(charge.job, charge.round, charge.micro_epsilon)
+        chain.spend_privacy(charge.job, charge.round, charge.micro_epsilon, charge.kind, charge.steps)
     return charge.epsilon

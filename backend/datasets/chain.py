@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend import limits
 from backend.api.errors import InvalidInput
 from backend.ledger import access as ledger_access
 from backend.ledger.access import LedgerMissing
+from backend.ledger.resources import SpendKind
+from fl_node.job import limits
 
 __all__ = [
     "LedgerMissing",
@@ -20,6 +21,8 @@ __all__ = [
     "register_dataset",
     "grant",
     "revoke",
+    "is_granted",
+    "carried_over",
     "spend_privacy",
     "node_public_key",
 ]
@@ -34,23 +37,27 @@ _NODE_STATUS_NONE = 0
 class Registration:
     onchain_id: str
     tx_hash: str
+    source_id: str = ""  # the budget source the chain put the dataset in ("" before contracts v2)
 
 
 def register_dataset(
     *,
-    content_hash: str,
+    commitment: str,
     swarm_root: bytes,
     schema_hash: str,
     samples: int,
     epsilon_cap: float,
     public_holdout_hash: str | None = None,
+    disjoint: bool = False,
 ) -> Registration | None:
     """DataRegistry.registerDataset; None (skipped) without a ledger.
 
-    ``public_holdout_hash`` (hex): the hold-out split this dataset declares public (committee
-    scores on it carry no noise), recorded on chain for everyone to see; None when none. Records
-    already registered (the same content hash) raise ``ledger_errors.DuplicateDataset`` with the
-    existing id in ``args_["existingId"]``.
+    ``commitment`` (hex): the dataset's commitment keyed with its secret (the chain does not
+    interpret it; it refuses one registered twice with ``DuplicateDataset`` naming the existing
+    id in ``args_["existingId"]``). ``public_holdout_hash`` (hex): the commitment to the hold-out
+    split this dataset declares public (committee scores on it carry no noise), recorded on chain
+    for everyone to see; None when none. ``disjoint``: the provider declares that the dataset
+    shares no record with its others, so the chain gives it a budget source of its own.
     """
     if not 0 < epsilon_cap <= MAX_EPSILON_CAP:  # NaN too: the chain would refuse it, say why first
         raise InvalidInput(
@@ -63,33 +70,55 @@ def register_dataset(
     # Encoded and sent here rather than through DataRegistry.register_dataset, which returns
     # only the id: the API shows the transaction hash too.
     call = ledger.data.register_call(
-        bytes.fromhex(content_hash.removeprefix("0x")),
+        bytes.fromhex(commitment.removeprefix("0x")),
         swarm_root,
         bytes.fromhex(schema_hash.removeprefix("0x")),
         samples,
         round(epsilon_cap * MICRO_EPSILON),
         bytes.fromhex(public_holdout_hash.removeprefix("0x")) if public_holdout_hash else b"\x00" * 32,
+        disjoint,
     )
     receipt = ledger.client.transact(call)
-    dataset_id = receipt.event("DatasetRegistered").args["datasetId"]
-    return Registration(onchain_id=str(dataset_id), tx_hash=receipt.tx_hash)
+    event = receipt.event("DatasetRegistered").args
+    return Registration(
+        onchain_id=str(event["datasetId"]), tx_hash=receipt.tx_hash, source_id=str(event["sourceId"])
+    )
 
 
-def grant(onchain_id: str, grantee: str, wrapped_key: bytes) -> str:
-    return ledger_access.require_ledger().data.grant(int(onchain_id), grantee, wrapped_key).tx_hash
+def grant(onchain_id: str, grantee: str, wrapped_key: bytes, epsilon_cap: float) -> str:
+    """DataRegistry.grant: the wrapped data key, and the cap on what the grantee's jobs may spend."""
+    if not 0 < epsilon_cap <= MAX_EPSILON_CAP:
+        raise InvalidInput(f"a grant's epsilon cap must be in (0, {MAX_EPSILON_CAP:g}]", field="epsilon_cap")
+    micro = round(epsilon_cap * MICRO_EPSILON)
+    return ledger_access.require_ledger().data.grant(int(onchain_id), grantee, wrapped_key, micro).tx_hash
+
+
+def is_granted(onchain_id: str, grantee: str) -> bool:
+    return ledger_access.require_ledger().data.is_granted(int(onchain_id), grantee)
+
+
+def carried_over() -> bool:
+    """This node runs on contracts that carried a previous deployment's consortium over, and their
+    import is closed (docs/OPERATIONS.md, Upgrades); False without a ledger."""
+    ledger = ledger_access.node_ledger()
+    return ledger is not None and ledger.deployment.previous is not None and not ledger.nodes.import_open()
 
 
 def revoke(onchain_id: str, grantee: str) -> str:
     return ledger_access.require_ledger().data.revoke(int(onchain_id), grantee).tx_hash
 
 
-def spend_privacy(job: str | int, round_: int, micro_epsilon: int) -> str | None:
-    """FederatedLearning.spendPrivacy: this node's release in ``round_`` of ``job``, counted on chain
-    against the dataset it joined the job with; None (skipped) without a ledger."""
+def spend_privacy(
+    job: str | int, round_: int, micro_epsilon: int, kind: SpendKind, steps: int = 0
+) -> str | None:
+    """FederatedLearning.spendPrivacy: this node's release in ``round_`` of ``job`` (``kind``: an
+    update, scores or a withheld update; ``steps``: a training release's local steps), counted on
+    chain against the budget source of the dataset it joined the job with; None (skipped) without
+    a ledger."""
     ledger = ledger_access.node_ledger()
     if ledger is None:
         return None
-    return ledger.fl.spend_privacy(int(job), int(round_), micro_epsilon).tx_hash
+    return ledger.fl.spend_privacy(int(job), int(round_), micro_epsilon, kind, steps).tx_hash
 
 
 def node_public_key(address: str) -> bytes | None:

@@ -24,6 +24,8 @@ import numpy as np
 from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
+from fl_node.data import record_digests
+
 MAX_CLASSES = 10_000
 CONTENT_HASH_DOMAIN = b"defl-dataset-records-v1\n"
 MAX_CSV_COLUMNS = 100_000
@@ -76,21 +78,16 @@ class CanonicalDataset:
 
     @cached_property
     def record_digests(self) -> list[bytes]:
-        """SHA-256 of each record's canonical bytes: its features (float32, little-endian, -0.0 as
-        0.0) then its class id (int64, little-endian). The feature shape is left out on purpose:
-        the same numbers reshaped are the same person's data."""
-        features = np.ascontiguousarray(self.x.reshape(self.num_samples, -1), dtype="<f4") + np.float32(0.0)
-        labels = np.ascontiguousarray(self.y, dtype="<i8")
-        return [
-            hashlib.sha256(row.tobytes() + label.tobytes()).digest()
-            for row, label in zip(features, labels, strict=True)
-        ]
+        """SHA-256 of each record's canonical bytes (``fl_node.data.record_digests``)."""
+        return record_digests(self.x, self.y)
 
     @cached_property
     def content_hash(self) -> str:
-        """Order-insensitive: SHA-256 over the sorted record digests, so the same records in another
-        order (a reordered re-upload) have the same content hash, which the chain registers once.
-        Bare SHA-256 hex (the chain takes bytes.fromhex)."""
+        """The records' PLAIN order-insensitive hash: SHA-256 over the sorted record digests.
+
+        Local only: published, it would tell anyone who knows all records but one whether that
+        one is in. The chain registers a keyed commitment instead (backend.datasets.commitment);
+        this value only recognises datasets registered before commitments were keyed."""
         return hashlib.sha256(CONTENT_HASH_DOMAIN + b"".join(sorted(self.record_digests))).hexdigest()
 
     @cached_property

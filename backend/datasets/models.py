@@ -8,6 +8,8 @@ grant carries it only wrapped for the grantee's public key.
 from django.conf import settings
 from django.db import models
 
+from backend.datasets.commitment import new_secret
+
 
 class Dataset(models.Model):
     class Format(models.TextChoices):
@@ -31,7 +33,23 @@ class Dataset(models.Model):
     classes = models.JSONField(help_text="class names in class-id order")
     label_column = models.CharField(max_length=200, blank=True)
     schema_hash = models.CharField(max_length=64)
+    # Local only, never published: the records' order-insensitive hash keyed with this node's
+    # record key (backend.datasets.overlap), so the node refuses the same records twice.
+    # Datasets uploaded before commitments were keyed hold the plain hash they registered.
     content_hash = models.CharField(max_length=64, unique=True)
+    # Secret, never leaves this node: the per-dataset key of its commitment, its hold-out
+    # commitment and its splits (backend.datasets.commitment). Without it nobody can tell the
+    # commitment or a split of D from those of D with one record more.
+    secret = models.CharField(max_length=64, blank=True, default=new_secret)
+    # Public: what the chain registered (a keyed commitment; the plain content hash for a
+    # dataset registered before commitments were keyed).
+    commitment = models.CharField(max_length=64, blank=True)
+    # Declared at upload and recorded on chain: this dataset shares no record with any other
+    # dataset of this provider, so it has a budget (a source) of its own. Otherwise it shares
+    # the provider's one budget with its other datasets (a rescaled copy shares no record hash).
+    disjoint = models.BooleanField(default=False)
+    # The chain's budget source this dataset spends against (DataRegistry.sourceOf), once known.
+    onchain_source = models.CharField(max_length=80, blank=True)
     size_bytes = models.PositiveBigIntegerField(help_text="size of the canonical (plaintext) dataset")
     # Secret: the encrypted reference with its key. Never serialized to the API.
     encrypted_reference = models.CharField(max_length=512)
@@ -75,14 +93,19 @@ class Grant(models.Model):
 
 
 class BudgetGroup(models.Model):
-    """Datasets that share at least one record share one privacy budget.
+    """Datasets that share one privacy budget: the provider's datasets not declared disjoint
+    (the ``shared`` group, one per node), and datasets that share at least one record.
 
-    A record in two datasets is one person's data spent twice, so every release on any member
-    composes into one history, and the group's cap is its members' smallest cap. The row is
-    also the budget's lock: a charge holds it (SELECT ... FOR UPDATE) while it checks the cap.
+    A record in two datasets is one person's data spent twice, and two uploads of one source
+    (a copy rescaled or jittered shares no record hash) are too, so every release on any member
+    composes into one history, and the group's cap is its members' smallest cap. The group
+    matches the chain's budget source of its datasets. The row is also the budget's lock: a
+    charge holds it (SELECT ... FOR UPDATE) while it checks the cap.
     """
 
     created = models.DateTimeField(auto_now_add=True)
+    # The node's one group of datasets not declared disjoint (at most one row has it).
+    shared = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"budget group {self.pk}"

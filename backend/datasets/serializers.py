@@ -37,6 +37,13 @@ class DatasetUploadSerializer(serializers.Serializer):
         "exactly: no noise and no charge. The hold-out is one fixed 20% of the records for every job, "
         "never trained on; those records get no privacy from the scores",
     )
+    disjoint = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="declare (on chain) that this dataset shares no record with any other dataset of this "
+        "provider, so it gets a privacy budget of its own; by default a provider's datasets share one "
+        "budget (a copy of a dataset, even rescaled or jittered, is the same people's data)",
+    )
 
     def validate_epsilon_cap(self, value: float) -> float:
         if not 0 < value <= chain.MAX_EPSILON_CAP:  # NaN fails too
@@ -89,7 +96,8 @@ class BudgetSerializer(serializers.Serializer):
     spent_by_jobs = JobSpendSerializer(many=True)
     budget_group = serializers.ListField(
         child=serializers.IntegerField(),
-        help_text="ids of the datasets that share this budget (shared records)",
+        help_text="ids of the datasets that share this budget (this provider's datasets not declared "
+        "disjoint, and datasets with shared records)",
     )
     explanation = serializers.CharField()
 
@@ -97,6 +105,11 @@ class BudgetSerializer(serializers.Serializer):
 class DatasetSerializer(serializers.ModelSerializer):
     replication = serializers.SerializerMethodField()
     budget = serializers.SerializerMethodField()
+    # The on-chain commitment, keyed with the dataset's secret; under its old name too, for the
+    # dashboard. The records' plain hash is never shown: it would be a membership oracle.
+    content_hash = serializers.CharField(
+        source="commitment", read_only=True, help_text="the dataset's keyed commitment (as on chain)"
+    )
     owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
     )
@@ -115,12 +128,14 @@ class DatasetSerializer(serializers.ModelSerializer):
             "classes",
             "label_column",
             "schema_hash",
+            "commitment",
             "content_hash",
             "size_bytes",
             "onchain_id",
             "tx_hash",
             "status",
             "public_holdout",
+            "disjoint",
             "replication",
             "budget",
             "created",
@@ -155,3 +170,7 @@ class GrantSerializer(serializers.ModelSerializer):
         model = Grant
         fields = ["node", "tx_hash", "created", "revoked", "revoke_tx_hash"]
         read_only_fields = fields
+
+
+# The requests' rules beyond single fields, for the schema (registers drf-spectacular extensions).
+from backend.datasets import schema  # noqa: E402,F401

@@ -1,8 +1,10 @@
 """Dataset flows: upload (validate -> encrypt -> store -> register on chain -> save), grants, loading.
 
-An upload's records are hashed one by one: the content hash (order-insensitive) is registered on
-chain once, and the keyed record hashes put a dataset that shares records with one this node
-holds into that dataset's budget group (backend.datasets.overlap).
+An upload's records are hashed one by one. The chain registers a commitment keyed with the
+dataset's own secret (backend.datasets.commitment), never a plain function of the records; this
+node keeps a content hash keyed with its record key to refuse the same records twice, and keyed
+record hashes that check the upload's budget declaration (backend.datasets.overlap): a provider's
+datasets share one budget unless declared disjoint.
 
 Each flow is a module function that undoes its earlier steps when a later one
 fails, so a failed request leaves no row, no pinned blob and no file behind. The
@@ -12,7 +14,6 @@ local save (which cannot conflict after the checks) follows it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -23,15 +24,13 @@ from django.utils import timezone
 from eth_utils import is_address, to_checksum_address
 
 from backend.api.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from backend.datasets import chain, keys, overlap, storage
+from backend.datasets import chain, commitment, keys, overlap, storage
 from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deserialize, parse_csv, parse_npz
 from backend.datasets.models import Dataset, Grant
 from backend.identity.key import node_account
-from backend.ledger import models as mirror
 from backend.ledger.errors import ContractRevert
 
 logger = logging.getLogger(__name__)
-PUBLIC_HOLDOUT_DOMAIN = b"defl-public-holdout-v1\n"
 # A record can be 2 bytes of npz, so the upload size alone would let tens of millions of record
 # hashes into the database; 1,000,000 is far above any dataset this node trains on in memory.
 MAX_RECORDS = 1_000_000
@@ -47,6 +46,7 @@ class Upload:
     label_column: str = ""
     classes: tuple[str, ...] = ()
     public_holdout: bool = False
+    disjoint: bool = False
 
 
 def parse_upload(upload: Upload) -> CanonicalDataset:
@@ -70,30 +70,36 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
             field="file",
         )
     check_delta(upload.delta, canonical.num_samples, field="delta")
-    _refuse_registered_records(canonical)
+    local_hash = overlap.local_content_hash(canonical.record_digests)
+    _refuse_registered_records(canonical, local_hash)
     digests = overlap.keyed_digests(canonical.record_digests)
+    # Checked again under the upload lock when the row is saved; here so that a contradicted
+    # declaration is refused before anything is registered on chain.
+    overlap.check_declaration(overlap.overlapping_datasets(digests), disjoint=upload.disjoint)
+    secret = commitment.new_secret()
+    committed = commitment.commitment(secret, canonical.record_digests)
 
     reference = storage.store_encrypted(canonical.serialized)
     try:
         try:
             registration = chain.register_dataset(
-                content_hash=canonical.content_hash,
+                commitment=committed,
                 swarm_root=storage.root_address(reference),
                 schema_hash=canonical.schema_hash,
                 samples=canonical.num_samples,
                 epsilon_cap=upload.epsilon_cap,
-                **_holdout_declaration(upload, canonical),
+                disjoint=upload.disjoint,
+                **_holdout_declaration(upload, canonical, secret),
             )
         except ContractRevert as exc:
             if exc.error != "DuplicateDataset":
                 raise
             existing = exc.args_.get("existingId", "?")
             raise InvalidInput(
-                f"these records are already registered as dataset {existing} on chain "
-                "(the same records in any order have one content hash, and one privacy budget)",
-                field="file",
+                f"this commitment is already registered as dataset {existing} on chain", field="file"
             ) from None
-        return _save_dataset(upload, canonical, reference, registration, owner, digests)
+        keyed = _Keyed(secret=secret, commitment=committed, local_hash=local_hash)
+        return _save_dataset(upload, canonical, reference, registration, owner, digests, keyed)
     except BaseException:
         # Undo the store step; a chain registration (if it happened) stays as an orphan
         # record that no local row points to, which is harmless: it holds no key.
@@ -101,12 +107,18 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
         raise
 
 
-def _holdout_declaration(upload: Upload, canonical) -> dict:
-    """The public hold-out declaration for the chain: a hash bound to these records, or nothing."""
+@dataclass(frozen=True)
+class _Keyed:
+    secret: str  # the dataset's secret (never leaves this node)
+    commitment: str  # registered on chain
+    local_hash: str  # this node's keyed content hash
+
+
+def _holdout_declaration(upload: Upload, canonical, secret: str) -> dict:
+    """The public hold-out declaration for the chain: a commitment to its records, or nothing."""
     if not upload.public_holdout:
         return {}
-    digest = hashlib.sha256(PUBLIC_HOLDOUT_DOMAIN + bytes.fromhex(canonical.content_hash)).hexdigest()
-    return {"public_holdout_hash": digest}
+    return {"public_holdout_hash": commitment.holdout_commitment(secret, canonical.record_digests)}
 
 
 def check_delta(delta: float, records: int, *, field: str) -> None:
@@ -120,25 +132,21 @@ def check_delta(delta: float, records: int, *, field: str) -> None:
         )
 
 
-def _refuse_registered_records(canonical) -> None:
-    """The same records (in any order) registered here or, as far as the mirror knows, on chain."""
-    local = Dataset.objects.filter(content_hash__in=(canonical.content_hash, canonical.blob_hash)).first()
+def _refuse_registered_records(canonical, local_hash: str) -> None:
+    """The same records (in any order) uploaded to this node before (its keyed content hash, or
+    the plain one of a dataset uploaded before commitments were keyed). Records another node
+    registered cannot be recognised from its keyed commitment: see docs/PRIVACY.md."""
+    local = Dataset.objects.filter(
+        content_hash__in=(local_hash, canonical.content_hash, canonical.blob_hash)
+    ).first()
     if local is not None:
         raise InvalidInput(
             f"these records are already registered as dataset {local.pk} ({local.name!r}) on this node",
             field="file",
         )
-    on_chain = mirror.Dataset.objects.filter(
-        content_hash__in=(canonical.content_hash, "0x" + canonical.content_hash)
-    ).first()
-    if on_chain is not None:
-        raise InvalidInput(
-            f"these records are already registered as dataset {on_chain.dataset_id} on chain",
-            field="file",
-        )
 
 
-def _save_dataset(upload, canonical, reference, registration, owner, digests) -> Dataset:
+def _save_dataset(upload, canonical, reference, registration, owner, digests, keyed: _Keyed) -> Dataset:
     overlap.ensure_a_group_row()
     try:
         with transaction.atomic():
@@ -153,7 +161,11 @@ def _save_dataset(upload, canonical, reference, registration, owner, digests) ->
                 classes=list(canonical.classes),
                 label_column=upload.label_column,
                 schema_hash=canonical.schema_hash,
-                content_hash=canonical.content_hash,
+                content_hash=keyed.local_hash,
+                secret=keyed.secret,
+                commitment=keyed.commitment,
+                disjoint=upload.disjoint,
+                onchain_source=registration.source_id if registration else "",
                 size_bytes=len(canonical.serialized),
                 encrypted_reference=reference,
                 status=Dataset.Status.REGISTERED if registration else Dataset.Status.STORED,
@@ -190,7 +202,9 @@ def _require_registered(dataset: Dataset) -> None:
         raise Conflict("the dataset is not registered on chain yet, so it cannot be granted")
 
 
-def grant_access(dataset: Dataset, node: str) -> Grant:
+def grant_access(dataset: Dataset, node: str, epsilon_cap: float | None = None) -> Grant:
+    """Give ``node`` the data key and a cap on the privacy its jobs may spend from the dataset
+    (on chain, within the dataset's own budget; by default the dataset's whole cap)."""
     grantee = _grantee_address(node)
     _require_registered(dataset)
     if dataset.grants.filter(grantee=grantee, revoked__isnull=True).exists():
@@ -202,7 +216,8 @@ def grant_access(dataset: Dataset, node: str) -> Grant:
     if public_key is None:
         raise NotFound(f"{grantee} is not a node registered on chain")
     wrapped = keys.wrap_key(public_key, dataset.encrypted_reference)
-    tx_hash = chain.grant(dataset.onchain_id, grantee, wrapped)
+    cap = dataset.epsilon_cap if epsilon_cap is None else epsilon_cap
+    tx_hash = chain.grant(dataset.onchain_id, grantee, wrapped, cap)
     # The chain accepted the grant; the local row is our record of it (the indexer mirrors the event).
     return Grant.objects.create(dataset=dataset, grantee=grantee, wrapped_key=wrapped.hex(), tx_hash=tx_hash)
 
@@ -222,23 +237,110 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
     return grant
 
 
+def regrant_carried() -> int | None:
+    """After a contract upgrade (docs/OPERATIONS.md, Upgrades) the new DataRegistry holds this
+    node's datasets but none of their grants: version 1 kept the wrapped keys only in its events.
+    Each grant this node issued and still holds live is granted again, with the same wrapped key
+    and the dataset's cap, when the chain does not hold it; returns how many. None (nothing done)
+    while the import is open (the contracts take no write then) or on contracts that carried
+    nothing. A grantee that is no longer a member is left out (and logged)."""
+    if not chain.carried_over():
+        return None
+    granted = 0
+    live = (
+        Grant.objects.filter(revoked__isnull=True).exclude(dataset__onchain_id="").select_related("dataset")
+    )
+    for grant in live:
+        dataset = grant.dataset
+        if chain.is_granted(dataset.onchain_id, grant.grantee):
+            continue
+        try:
+            tx_hash = chain.grant(
+                dataset.onchain_id, grant.grantee, bytes.fromhex(grant.wrapped_key), dataset.epsilon_cap
+            )
+        except ContractRevert as exc:
+            logger.warning("cannot grant dataset %s to %s again: %s", dataset.onchain_id, grant.grantee, exc)
+            continue
+        grant.tx_hash = tx_hash
+        grant.save(update_fields=["tx_hash"])
+        granted += 1
+    return granted
+
+
 # ----------------------------------------------------------------------------- loading
 
 
 def load_dataset_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
-    """(x float32, y int64) of a dataset this node owns or was granted, checked against its hash.
+    """(x float32, y int64) of a dataset this node owns or was granted, checked where it can be.
 
-    ``dataset`` is a local ``Dataset`` (owned: its reference is stored here) or a
-    grant to this node from the ledger's mirror (``backend.ledger.models.Grant``, or
-    anything with ``wrapped_key`` and a ``content_hash`` of its own or of its
-    ``dataset``): its key is unwrapped with this node's key.
+    ``dataset`` is a local ``Dataset`` (owned: its reference is stored here) or a grant to this
+    node from the ledger's mirror (``backend.ledger.models.Grant``, or anything with
+    ``wrapped_key`` and a ``content_hash`` of its own or of its ``dataset``): its key is
+    unwrapped with this node's key. An owned dataset is checked against its commitment (keyed
+    with its secret). A granted one is read by its content-addressed swarm reference (every
+    chunk is checked against its address); its keyed commitment cannot be recomputed without
+    the owner's secret, so only a plain content hash (a dataset registered before commitments
+    were keyed) is compared.
     """
-    reference = getattr(dataset, "encrypted_reference", None) or _unwrap_grant(dataset)
-    expected = getattr(dataset, "content_hash", None) or dataset.dataset.content_hash
-    canonical = deserialize(storage.fetch(reference, max_bytes=getattr(dataset, "size_bytes", None)))
-    if _hex(expected) not in (canonical.content_hash, canonical.blob_hash):
-        raise Conflict("the fetched dataset does not match its content hash")
+    canonical = load_canonical(dataset)
     return canonical.x, canonical.y
+
+
+def load_canonical(dataset) -> CanonicalDataset:
+    """The dataset's canonical form, fetched and checked as ``load_dataset_arrays`` says."""
+    reference = getattr(dataset, "encrypted_reference", None) or _unwrap_grant(dataset)
+    canonical = deserialize(storage.fetch(reference, max_bytes=getattr(dataset, "size_bytes", None)))
+    expected = _registered_value(dataset)
+    if expected in (canonical.content_hash, canonical.blob_hash):
+        return canonical  # registered with a plain content hash (before commitments were keyed)
+    secret = getattr(dataset, "secret", "")
+    if secret and commitment.commitment(secret, canonical.record_digests) == expected:
+        return canonical
+    if secret or getattr(dataset, "encrypted_reference", None):
+        raise Conflict("the fetched dataset does not match its commitment")
+    return canonical  # granted: its keyed commitment needs the owner's secret; the swarm checked the chunks
+
+
+@dataclass(frozen=True)
+class LocalSplit:
+    """A dataset's records and its (train, validation) indices in one job."""
+
+    x: np.ndarray  # float32
+    y: np.ndarray  # int64
+    train: np.ndarray  # sorted indices
+    validation: np.ndarray  # sorted indices
+
+
+def load_split(dataset: Dataset, *, val_fraction: float, job_seed: int | str) -> LocalSplit:
+    """This node's dataset split for one job, each record's side keyed with the dataset's secret
+    (``commitment.job_holdout``): D and D plus x differ in x alone on each side. A dataset that
+    declared its hold-out public validates on that one hold-out in every job."""
+    if not dataset.secret:
+        raise Conflict(f"dataset {dataset.pk} has no secret to split its records with")
+    canonical = load_canonical(dataset)
+    train, validation = commitment.job_holdout(
+        dataset.secret,
+        canonical.record_digests,
+        public=dataset.public_holdout,
+        val_fraction=val_fraction,
+        job_seed=job_seed,
+    )
+    return LocalSplit(
+        np.ascontiguousarray(canonical.x, dtype=np.float32),
+        np.ascontiguousarray(canonical.y, dtype=np.int64),
+        np.sort(train),
+        np.sort(validation),
+    )
+
+
+def _registered_value(dataset) -> str:
+    """What the chain registered for the dataset (hex): its commitment, or for a dataset registered
+    before commitments were keyed its plain content hash; a grant reads its dataset's."""
+    for holder in (dataset, getattr(dataset, "dataset", None)):
+        value = getattr(holder, "commitment", None) or getattr(holder, "content_hash", None)
+        if value:
+            return _hex(value)
+    return ""
 
 
 def _unwrap_grant(granted) -> str:

@@ -39,7 +39,8 @@ class SizeLimitedMemoryUploadHandler(FileUploadHandler):
         if self._size > self.limit:
             self.too_large = True
             self._buffer = None
-            raise StopUpload(connection_reset=False)
+            # The rest of the body is not read (not drained either): the view answers 413 now.
+            raise StopUpload(connection_reset=True)
         # Django sends a file's chunks between new_file (which opens the buffer) and file_complete;
         # after StopUpload it reads no further part.
         assert self._buffer is not None, "a chunk arrived outside a file"

@@ -9,9 +9,9 @@ from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 
-from backend.api.errors import InvalidInput
 from backend.api.pagination import BoundedLimitOffsetPagination
 from backend.api.permissions import ProviderWrites
+from backend.api.uploads import FORM_OVERHEAD_BYTES, UploadTooLarge
 from backend.datasets import services
 from backend.datasets.models import Dataset
 from backend.datasets.serializers import (
@@ -22,6 +22,13 @@ from backend.datasets.serializers import (
 )
 from backend.datasets.upload import SizeLimitedMemoryUploadHandler
 from backend.identity.roles import Role, role_of
+
+
+def _content_length(request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
 
 
 class OwnDatasetsForProviders(ProviderWrites):
@@ -51,13 +58,15 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         request={"multipart/form-data": DatasetUploadSerializer}, responses={201: DatasetSerializer}
     )
     def create(self, request):
+        # A body too large by its Content-Length is a 413 before a byte of it is read: the client
+        # learns it at once instead of after sending it all.
+        if _content_length(request) > settings.DEFL_MAX_UPLOAD_BYTES + FORM_OVERHEAD_BYTES:
+            raise UploadTooLarge(settings.DEFL_MAX_UPLOAD_BYTES)
         form = DatasetUploadSerializer(data=request.data)  # parses the body through the handler
         handler = self._upload_handler
         assert handler is not None  # initialize_request installs it before any action runs
-        if handler.too_large:
-            raise InvalidInput(
-                f"the file exceeds the {settings.DEFL_MAX_UPLOAD_BYTES} byte limit", field="file"
-            )
+        if handler.too_large:  # a body without a Content-Length that ran past the limit
+            raise UploadTooLarge(settings.DEFL_MAX_UPLOAD_BYTES)
         form.is_valid(raise_exception=True)
         data = form.validated_data
         upload = services.Upload(
@@ -69,6 +78,7 @@ class DatasetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
             label_column=data["label_column"],
             classes=data["classes"],
             public_holdout=data["public_holdout"],
+            disjoint=data["disjoint"],
         )
         dataset = services.create_dataset(upload, owner=request.user)
         return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)

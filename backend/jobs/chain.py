@@ -6,7 +6,6 @@ Reads that decide whether an action is still due go to the contract itself (``pa
 
 from __future__ import annotations
 
-import math
 import time
 
 from django.db import IntegrityError
@@ -14,32 +13,26 @@ from django.db import IntegrityError
 from backend.jobs.context import NodeContext
 from backend.jobs.driver.timing import CHAIN_READ, CHAIN_TX, part
 from backend.ledger import errors as ledger_errors
-from backend.ledger.resources import JobSpec, JobState, JobStatus, ParticipantInfo, RoundPhase, TxReceipt
-from backend.limits import MAX_SPEND_PER_ROUND_MICRO, MICRO_EPSILON
+from backend.ledger.resources import (
+    JobSpec,
+    JobState,
+    JobStatus,
+    ParticipantInfo,
+    RoundPhase,
+    SpendKind,
+    TxReceipt,
+)
 
-__all__ = ["ledger_errors", "JobSpec", "JobState", "JobStatus", "ParticipantInfo", "RoundPhase", "TxReceipt"]
-
-# FederatedLearning.MAX_SPEND_PER_ROUND (= DataRegistry.MAX_PRIVACY_CAP): epsilon 100.
-MAX_SPEND_PER_ROUND = MAX_SPEND_PER_ROUND_MICRO
-# One release may charge at most this many times the job's whole target epsilon (see below).
-SPEND_BOUND_FACTOR = 2
-
-
-def planned_spend_bound(config) -> int:
-    """The job's on-chain ``maxSpendPerRound`` (micro-epsilon) computed from its configuration.
-
-    0 for a job without DP (the chain then accepts no spend and needs none before an update).
-    Otherwise twice the job's target epsilon, capped at the contract's limit: an honest release
-    charges a dataset at most what the whole job was planned to spend (a round's increase of the
-    dataset's composed RDP epsilon is below the job's total at the job's delta); the factor leaves
-    room for a dataset whose own delta is smaller than the job's. Anything above it is no release
-    this job planned, and the chain refuses it.
-    """
-    dp = config.dp
-    if not dp.private or not dp.target_epsilon:
-        return 0
-    bound = math.ceil(SPEND_BOUND_FACTOR * float(dp.target_epsilon) * MICRO_EPSILON)
-    return max(1, min(bound, MAX_SPEND_PER_ROUND))
+__all__ = [
+    "ledger_errors",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "ParticipantInfo",
+    "RoundPhase",
+    "SpendKind",
+    "TxReceipt",
+]
 
 
 def _hex32(value: str) -> bytes:
@@ -51,12 +44,26 @@ def propose_job(ctx: NodeContext, spec: JobSpec) -> TxReceipt:
 
 
 def join(ctx: NodeContext, job_id: int, dataset_id: int) -> TxReceipt:
+    """Join with a dataset, committing to this node's draw secret for the job (derived from its key)."""
     return ctx.ledger.fl.join(job_id, dataset_id)
 
 
 def start(ctx: NodeContext, job_id: int) -> TxReceipt:
-    """Start the job; the contract draws the first committee (JobStarted names it)."""
+    """Close the joins; the participants then reveal their draw secrets (reveal_draw_secret), and
+    the first committee is drawn from them (JobStarted names it)."""
     return ctx.ledger.fl.start_job(job_id)
+
+
+def reveal_draw_secret(ctx: NodeContext, job_id: int) -> TxReceipt:
+    """This node's draw secret for the job; the reveal that completes the set draws the committee."""
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.reveal_draw_secret(job_id)
+
+
+def draw_committee(ctx: NodeContext, job_id: int) -> TxReceipt:
+    """After the reveal deadline: draw the first committee from the participants that revealed."""
+    with part(CHAIN_TX):
+        return ctx.ledger.fl.draw_committee(job_id)
 
 
 def allows_small_committees(ctx: NodeContext) -> bool:
@@ -70,10 +77,13 @@ def cancel(ctx: NodeContext, job_id: int) -> TxReceipt:
     return ctx.ledger.fl.cancel(job_id)
 
 
-def spend_privacy(ctx: NodeContext, job_id: int, round_: int, micro_epsilon: int) -> TxReceipt:
-    """This node's privacy spend for one release in ``round_`` (before the release is published)."""
+def spend_privacy(
+    ctx: NodeContext, job_id: int, round_: int, micro_epsilon: int, kind: SpendKind, steps: int = 0
+) -> TxReceipt:
+    """This node's privacy spend for one release in ``round_`` (before the release is published);
+    ``kind``: an update, scores or a withheld update; ``steps``: a training release's local steps."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.spend_privacy(job_id, round_, micro_epsilon)
+        return ctx.ledger.fl.spend_privacy(job_id, round_, micro_epsilon, kind, steps)
 
 
 def submit_update(
@@ -109,11 +119,11 @@ def reveal_scores(
 
 
 def commit_and_reveal_scores(
-    ctx: NodeContext, job_id: int, round_: int, scores: dict[str, int], base_score: int
+    ctx: NodeContext, job_id: int, round_: int, scores: dict[str, int], base_score: int, salt: bytes
 ) -> TxReceipt:
-    """The last member's commitment and its reveal in one transaction."""
+    """The last member's commitment and its reveal in one transaction (its salt enters the draws)."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.commit_and_reveal_scores(job_id, round_, scores, base_score)
+        return ctx.ledger.fl.commit_and_reveal_scores(job_id, round_, scores, base_score, salt)
 
 
 def finalize(ctx: NodeContext, job_id: int, round_: int) -> TxReceipt:
@@ -121,15 +131,10 @@ def finalize(ctx: NodeContext, job_id: int, round_: int) -> TxReceipt:
         return ctx.ledger.fl.finalize_round(job_id, round_)
 
 
-def propose_model(ctx: NodeContext, job_id: int, round_: int, reference: str, model_hash: str) -> TxReceipt:
+def vote_model(ctx: NodeContext, job_id: int, round_: int, reference: str, model_hash: str) -> TxReceipt:
+    """This member's vote for the (model hash, reference) pair it recomputed."""
     with part(CHAIN_TX):
-        return ctx.ledger.fl.propose_global_model(job_id, round_, _hex32(reference), _hex32(model_hash))
-
-
-def confirm_model(ctx: NodeContext, job_id: int, round_: int, model_hash: str, reference: str) -> TxReceipt:
-    """Confirm the proposal of this (model hash, reference) pair, both recomputed by this node."""
-    with part(CHAIN_TX):
-        return ctx.ledger.fl.confirm_global_model(job_id, round_, _hex32(model_hash), _hex32(reference))
+        return ctx.ledger.fl.vote_global_model(job_id, round_, _hex32(reference), _hex32(model_hash))
 
 
 def skip_aggregation(ctx: NodeContext, job_id: int, round_: int) -> TxReceipt:
@@ -155,8 +160,7 @@ def chain_time(ctx: NodeContext, latest_timestamp: int | None = None) -> int:
     ``latest_timestamp``: the latest block's, when the caller has it (a newHeads notification).
     """
     if latest_timestamp is None:
-        block = ctx.ledger.client.read(lambda: ctx.ledger.client.w3.eth.get_block("latest"))
-        latest_timestamp = int(block["timestamp"])
+        latest_timestamp = ctx.ledger.client.block_timestamp("latest")
     return max(int(latest_timestamp), int(time.time()))
 
 
@@ -165,13 +169,45 @@ def contract_now(ctx: NodeContext, job: JobState) -> int:
     return ctx.ledger.client.block_number() if job.use_blocks else chain_time(ctx)
 
 
-def sync_mirror(ctx: NodeContext, head: int | None = None) -> None:
-    """Run the event indexer once (it alone writes the mirror tables); ``head``: see EventIndexer.sync."""
+# How long an API call waits for its own transaction's block to be confirmed (sync_mirror).
+CONFIRMATION_WAIT_S = 120.0
+
+
+def sync_mirror(ctx: NodeContext, head: int | None = None, *, through_block: int | None = None) -> None:
+    """Run the event indexer once (it alone writes the mirror tables); ``head``: see EventIndexer.sync.
+
+    ``through_block``: the block of a transaction this node just sent; first wait (at most
+    CONFIRMATION_WAIT_S) until it has the node's confirmations, so the mirror holds its events
+    when this returns: the API reads its own writes from the mirror (a job it created, a join).
+    """
     from backend.ledger.indexer import EventIndexer
+
+    if through_block is not None and ctx.confirmations:
+        deadline = time.monotonic() + CONFIRMATION_WAIT_S
+        while ctx.ledger.client.block_number() < through_block + ctx.confirmations:
+            if time.monotonic() > deadline:
+                break  # the mirror catches up later; the caller reports what it holds now
+            time.sleep(0.2)
 
     indexer = EventIndexer(ctx.ledger.client, ctx.ledger.deployment, confirmations=ctx.confirmations)
     try:
-        indexer.sync(head)
+        result = indexer.sync(head)
     except IntegrityError:
         # Another process stored the same events at the same moment; the next pass resumes.
-        pass
+        return
+    if result.unwound is not None:
+        replan_unwound(ctx, result.unwound.rounds)
+
+
+def replan_unwound(ctx: NodeContext, rounds: frozenset[tuple[int, int]]) -> int:
+    """Forget this node's finished claims on the rounds a reorganisation unwound (and the rounds
+    after them, which their events opened or seated), so the planner derives their actions
+    again from the mirror as it is now; a claim in flight re-checks the contract itself."""
+    from backend.jobs.models import RoundAction
+
+    forgotten = 0
+    for job_id, round_ in rounds:
+        claims = RoundAction.objects.filter(node=ctx.address, job_id=job_id, round__in=(round_, round_ + 1))
+        settled = claims.exclude(state__in=(RoundAction.State.QUEUED, RoundAction.State.RUNNING))
+        forgotten += settled.delete()[0]
+    return forgotten

@@ -41,7 +41,7 @@ class _Directory(Protocol):  # backend.swarm.peers.PeerDirectory, as far as a ke
 
 @dataclass(frozen=True)
 class PeerAccess:
-    """How this node asks another node's peer API (the update-key route, jobs/sealed.py).
+    """How this node asks another node's peer API (the update-key route, jobs/sealed/key_requests.py).
 
     ``directory``: the peers and their endpoints, the very object the node's swarm dials
     (``swarm.factory.peer_directory``); ``signer``: the node key's request signer;
@@ -82,7 +82,7 @@ class NodeContext:
     address: str
     ledger: Ledger
     swarm: Swarm
-    # Other nodes' peer APIs, dialled as this node (the update keys of sealed.py).
+    # Other nodes' peer APIs, dialled as this node (the update keys of jobs/sealed).
     peers: PeerAccess
     # What a job proposed elsewhere may ask of this node (DEFL_MAX_*, jobs/remote_config.py).
     limits: NodeLimits
@@ -90,6 +90,9 @@ class NodeContext:
     confirmations: int = 0
     # Test hook (DEFL_ATTACK): this node's trainer attacks, e.g. "label_flip". Never set in production.
     attack: str | None = None
+    # Test hook (DEFL_HOLD_PROPOSALS_FILE): while this file exists, every member of a new committee
+    # holds its vote (driver/aggregator.py), so a test can kill a member that has not voted.
+    hold_proposals_file: str | None = None
     # A member of the new committee in seat s proposes once s * this many seconds passed without a
     # usable proposal (seat 0 proposes at once), so a proposer that went away does not stall the job.
     proposer_fallback_s: float = 20.0
@@ -120,7 +123,7 @@ class NodeContext:
 def current_node() -> NodeContext:
     from backend.identity.key import node_account
     from backend.jobs.remote_config import NodeLimits
-    from backend.ledger.factory import get_ledger
+    from backend.ledger.factory import confirmations, get_ledger
     from backend.swarm.factory import node_swarm
 
     ledger = get_ledger()
@@ -130,8 +133,9 @@ def current_node() -> NodeContext:
         swarm=node_swarm(),
         peers=peer_access(bytes(node_account().key)),
         limits=NodeLimits.from_settings(),
-        confirmations=settings.DEFL_CONFIRMATIONS,
+        confirmations=confirmations(ledger),
         attack=settings.DEFL_ATTACK or None,
+        hold_proposals_file=settings.DEFL_HOLD_PROPOSALS_FILE or None,
         proposer_fallback_s=settings.DEFL_PROPOSER_FALLBACK_S,
         action_lease_s=settings.DEFL_ACTION_LEASE_S,
         retry_after_s=settings.DEFL_ACTION_RETRY_S,

@@ -6,7 +6,7 @@ identities (the in-process protocol tests do) without their claims colliding.
 
 from django.db import models
 
-from backend.limits import MAX_JOB_NAME
+from fl_node.job.limits import MAX_JOB_NAME
 
 ADDRESS = 42
 
@@ -63,6 +63,8 @@ class RoundAction(models.Model):
         AGGREGATE = "aggregate"
         REGISTER = "register"  # serve a fixed global model (hot swap)
         MEASURE = "measure"  # record its metrics on this node's validation data
+        REVEAL = "reveal"  # reveal this node's draw secret once the job started (round 0)
+        DRAW = "draw"  # after the reveal deadline: draw the first committee (round 0)
 
     class State(models.TextChoices):
         QUEUED = "queued"

@@ -28,38 +28,32 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from backend.api.errors import Conflict
-from backend.jobs.config import JobConfig
-from backend.limits import MAX_JOB_NAME
+from fl_node.job import training
+from fl_node.job.config import JobConfig
+from fl_node.job.limits import (
+    MAX_CLASSES,
+    MAX_CLIP_NORM,
+    MAX_INPUT_DIMS,
+    MAX_INPUT_ELEMENTS,
+    MAX_JOB_NAME,
+    MAX_LR,
+    MAX_OPTION_INT,
+    MAX_OPTION_LIST,
+    MAX_OPTION_TEXT,
+    MAX_OPTIONS,
+    MAX_SEED,
+    MAX_TARGET_EPSILON,
+    MIN_DELTA,
+    MODEL_OPTION_BOUNDS,
+)
+from fl_node.job.plan import planned_spend_bound
 
 if TYPE_CHECKING:
     from backend.datasets.models import Dataset
 
-# Bounds that depend on no deployment choice.
-MAX_NAME_CHARS = MAX_JOB_NAME  # JobRecord.name; what POST /api/jobs accepts
-MAX_INPUT_DIMS = 4
-MAX_INPUT_ELEMENTS = 1 << 24  # one sample; only used when this node has no dataset of the schema
-MAX_CLASSES = 1 << 20  # language models predict tokens: num_classes = vocab_size
-MAX_SEED = 2**63 - 1
-MAX_OPTIONS = 16
-MAX_OPTION_LIST = 8
-MAX_OPTION_INT = 1 << 22
-MAX_OPTION_TEXT = 32
-MAX_LR = 1e3
-MAX_EPSILON = 1e3  # the chain caps a dataset's budget at epsilon 100
-MIN_DELTA = 1e-30
-MAX_CLIP_NORM = 1e6
 # The proposer computed the join deadline from its own clock: allow for skew between its clock
 # and ours (the check is against a deadline far beyond what the config says, not seconds).
 JOIN_DEADLINE_SLACK_S = 600
-
-# Options that drive loops or per-option allocations in a factory, bounded per model. Options
-# of models not listed here get only the generic bounds, and the parameter count.
-MODEL_OPTION_BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
-    "mlp": {"hidden": (1, 65_536)},
-    "cnn": {"channels": (1, 4_096), "hidden": (1, 65_536), "groups": (0, 4_096)},
-    "text": {"vocab_size": (1, 1 << 22), "embed_dim": (1, 4_096)},
-    "scatternet": {"scales": (1, 4), "orientations": (1, 16), "groups": (0, 1_024)},
-}
 
 
 class RemoteConfigRejected(Conflict):
@@ -137,7 +131,7 @@ def _is_int(value) -> bool:
 
 
 def _check_bounds(config: JobConfig, limits: NodeLimits, schema: LocalSchema | None) -> None:
-    _require(len(config.name) <= MAX_NAME_CHARS, f"its name is longer than {MAX_NAME_CHARS} characters")
+    _require(len(config.name) <= MAX_JOB_NAME, f"its name is longer than {MAX_JOB_NAME} characters")
     _require(
         _is_int(config.rounds) and config.rounds <= limits.max_rounds,
         f"{config.rounds} rounds is more than this node's limit of {limits.max_rounds} (DEFL_MAX_ROUNDS)",
@@ -158,7 +152,10 @@ def _check_bounds(config: JobConfig, limits: NodeLimits, schema: LocalSchema | N
             _is_int(value) and value <= limits.max_period_s,
             f"{name} {value} is longer than this node's limit of {limits.max_period_s} s (DEFL_MAX_JOB_PERIOD_S)",
         )
-    _require(_is_int(config.seed) and 0 <= config.seed <= MAX_SEED, "its seed is not an integer in [0, 2^63)")
+    _require(
+        _is_int(config.seed) and 0 <= config.seed <= MAX_SEED,
+        f"its seed is not an integer in [0, {MAX_SEED}]",
+    )
     for name in ("committee_size", "top_k", "min_trainers", "num_classes"):
         _require(_is_int(getattr(config, name)), f"{name} is not an integer")
     _require(config.num_classes <= MAX_CLASSES, f"{config.num_classes} classes is more than {MAX_CLASSES}")
@@ -185,7 +182,8 @@ def _check_bounds(config: JobConfig, limits: NodeLimits, schema: LocalSchema | N
         assert dp.target_epsilon is not None
         # Noise calibration searches over these: keep them where the accountants are well defined.
         _require(
-            dp.target_epsilon <= MAX_EPSILON, f"dp.target_epsilon {dp.target_epsilon} is above {MAX_EPSILON}"
+            dp.target_epsilon <= MAX_TARGET_EPSILON,
+            f"dp.target_epsilon {dp.target_epsilon} is above {MAX_TARGET_EPSILON}",
         )
         _require(dp.delta >= MIN_DELTA, f"dp.delta {dp.delta} is below {MIN_DELTA}")
         _require(
@@ -247,7 +245,7 @@ def _check_options(label: str, options: dict, bounds: dict[str, tuple[int, int]]
 
 
 def _check_spec(job, config: JobConfig, now: int | None) -> None:
-    """The config must say what the contract enforces (backend.jobs.services.create_job wrote both)."""
+    """The config must say what the contract enforces (backend.jobs_api.services.create_job wrote both)."""
     pairs = [
         ("rounds", job.rounds, config.rounds),
         ("committee_size", job.committee_size, config.committee_size),
@@ -264,8 +262,6 @@ def _check_spec(job, config: JobConfig, now: int | None) -> None:
         )
     _require(not job.use_blocks, "its on-chain deadlines count blocks, but its config counts seconds")
     # The per-release privacy bound the chain enforces must be the one the config's DP implies.
-    from backend.jobs.chain import planned_spend_bound
-
     planned = planned_spend_bound(config)
     _require(
         job.max_spend_per_round == planned,
@@ -286,7 +282,7 @@ def _check_model_size(config: JobConfig, limits: NodeLimits) -> None:
 
     try:
         with torch.device("meta"):
-            model = config.build_model()
+            model = training.build_model(config)
     except Exception as exc:  # any factory error: the config does not describe a usable model
         raise _Refused(f"its model cannot be built: {type(exc).__name__}") from None
     size = sum(t.numel() for t in model.parameters()) + sum(t.numel() for t in model.buffers())

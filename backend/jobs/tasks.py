@@ -40,7 +40,7 @@ def run_action(job_id: int, round_: int, kind: str) -> str:
     return "skipped" if outcome is None else outcome.detail
 
 
-@shared_task(name="jobs.warm_job", ignore_result=True)
+@shared_task(name=warmup.WARM_JOB_TASK, ignore_result=True)
 def warm_job(job_id: int) -> bool:
     """Load a job's first round into this worker's caches (driver.warmup) and mark it prepared."""
     return warmup.warm_and_mark(current_node(), job_id)

@@ -6,17 +6,31 @@ from functools import cache
 
 from eth_utils import to_checksum_address
 from web3 import HTTPProvider, Web3
+from web3.middleware import ExtraDataToPOAMiddleware
 from web3.providers.eth_tester import EthereumTesterProvider
 from web3.types import RPCEndpoint, Wei
 
 FUNDING_WEI = 1_000 * 10**18
+# Confirmations (blocks behind the head) the indexer waits by default (DEFL_CONFIRMATIONS unset):
+# none on a development chain that seals each transaction at once (the in-process EVM, anvil: a
+# single sealer never forks); one on any other chain, e.g. a Clique consortium, where two
+# validators sealing out of turn at once fork it for a block until the next in-turn block (which
+# weighs twice as much) settles it. A deeper reorganisation is still followed: the mirror unwinds
+# the dropped blocks (indexer.py); the confirmation spares the nodes acting on the common one.
+INSTANT_CHAIN_CONFIRMATIONS = 0
+VALIDATOR_CHAIN_CONFIRMATIONS = 1
 
 
 def connect(url: str, *, timeout: float = 30.0) -> Web3:
     """An HTTP JSON-RPC connection; the process's in-process EVM when url is empty."""
     if not url:
         return in_process_chain()
-    return without_chain_id_checks(Web3(HTTPProvider(url, request_kwargs={"timeout": timeout})))
+    w3 = without_chain_id_checks(Web3(HTTPProvider(url, request_kwargs={"timeout": timeout})))
+    # A Clique (PoA) block's extraData holds the sealer's 65-byte signature, longer than the 32
+    # bytes web3 accepts in a block: moved to ``proofOfAuthorityData`` (a response formatter, no
+    # request of its own; a chain with short extraData, anvil's, is read as before).
+    w3.middleware_onion.inject(ExtraDataToPOAMiddleware, layer=0)
+    return w3
 
 
 @cache
@@ -42,6 +56,16 @@ def without_chain_id_checks(w3: Web3) -> Web3:
     """
     w3.middleware_onion.remove("validation")
     return w3
+
+
+def is_development_chain(w3: Web3) -> bool:
+    """The in-process EVM or anvil: one sealer that mines at once, with test RPCs."""
+    return is_in_process(w3) or "anvil" in w3.client_version.lower()
+
+
+def default_confirmations(w3: Web3) -> int:
+    """DEFL_CONFIRMATIONS when it is not set, by the chain's kind (see the constants above)."""
+    return INSTANT_CHAIN_CONFIRMATIONS if is_development_chain(w3) else VALIDATOR_CHAIN_CONFIRMATIONS
 
 
 def is_in_process(w3: Web3) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,7 @@ TRANSIENT = (
 )
 IN_PROCESS_GAS = 8_000_000
 _ALREADY_KNOWN = ("already known", "known transaction", "already imported", "already in pool")
+_HEAD_NOT_EXECUTED = ("state trie does not contain state root",)
 _NONCE_TOO_LOW = ("nonce too low", "invalid transaction nonce", "nonce has already been used")
 
 
@@ -79,6 +81,10 @@ def _is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
         return exc.response.status_code in (502, 503, 504)
+    if isinstance(exc, Web3RPCError):
+        # The EthereumJS client imports a block before it executes it: until then a call or an
+        # estimate at "latest" finds no state for the head (a moment, on a validator chain).
+        return any(text in str(exc).lower() for text in _HEAD_NOT_EXECUTED)
     return False
 
 
@@ -132,6 +138,20 @@ def revert_from(exc: BaseException) -> ContractRevert | None:
     return None
 
 
+def _refuses_pending(exc: Web3RPCError) -> bool:
+    """The node's answer to a "pending" block tag it does not serve (EthereumJS: '"pending" is
+    not yet supported', invalid params)."""
+    return "pending" in str(exc).lower() and "support" in str(exc).lower()
+
+
+def _receipt_not_stored_yet(exc: Web3RPCError) -> bool:
+    """The EthereumJS client between indexing a sealed block's receipts and storing the block:
+    it answers an error ("value for 0x.. not found in DB") where it means "no receipt yet"."""
+    return "not found in db" in str(exc).lower()
+
+
+logger = logging.getLogger(__name__)
+
 # How long a base fee read for one transaction is used for the next ones (see ChainClient._fees).
 FEE_TTL_S = 1.0
 
@@ -150,8 +170,11 @@ class ChainClient:
         poll_interval: float = 0.02,
         gas_margin: float = 1.25,
         priority_fee: int = 10**9,
+        observer: Callable[[str, int | None, str], None] | None = None,
     ):
         self.w3 = w3
+        # Told of every transaction's end: (function, gas used or None, mined|reverted|failed).
+        self.observer = observer
         self.account = account
         self.address = account.address
         self.retry = retry or RetryPolicy()
@@ -166,6 +189,9 @@ class ChainClient:
         self._rpc_lock: Any = threading.RLock() if self.in_process else contextlib.nullcontext()
         self._chain_id: int | None = None
         self._base_fee: tuple[float, int] | None = None  # (monotonic time read, wei)
+        # The block tag this node estimates gas at (_estimate_on_node): "pending" (anvil, geth) or
+        # "latest" (a node without the pending tag: the EthereumJS client); learnt once.
+        self._estimation = "pending"
 
     # ---------------------------------------------------------------- reads
 
@@ -185,6 +211,18 @@ class ChainClient:
 
     def block_number(self) -> int:
         return self.read(lambda: self.w3.eth.block_number)
+
+    def block_timestamp(self, block: BlockIdentifier = "latest") -> int:
+        """The timestamp (seconds) of ``block``: a number, or "latest"."""
+        return int(self.read(lambda: self.w3.eth.get_block(block)["timestamp"]))
+
+    def gas_used(self, tx_hash: str) -> int | None:
+        """The gas a mined transaction used, from its receipt (None: the chain has no receipt of it)."""
+        try:
+            raw = self.read(lambda: self.w3.eth.get_transaction_receipt(HexStr(tx_hash)))
+        except TransactionNotFound:
+            return None
+        return int(raw["gasUsed"])
 
     def get_logs(self, addresses: list[str], from_block: int, to_block: int) -> list[Any]:
         query: FilterParams = {
@@ -215,7 +253,23 @@ class ChainClient:
         """Send a contract call as a signed transaction and wait for its receipt. ``extra_gas``:
         room above the estimate for a costlier path the call may take once mined (the state can
         change between the estimate and the block); unused gas is not charged."""
-        return self._send({"to": call.to, "data": call.data}, gas, extra_gas)
+        try:
+            receipt = self._send({"to": call.to, "data": call.data}, gas, extra_gas)
+        except ContractRevert:
+            self._observe(call.function, None, "reverted")
+            raise
+        except Exception:
+            self._observe(call.function, None, "failed")
+            raise
+        self._observe(call.function, receipt.gas_used, "mined")
+        return receipt
+
+    def _observe(self, function: str, gas_used: int | None, outcome: str) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(function, gas_used, outcome)
+            except Exception:  # counting must never fail a transaction
+                logger.exception("transaction observer failed")
 
     def deploy(self, artifact: Artifact, *args: Any) -> TxReceipt:
         return self._send({"data": encode_deploy(artifact, args)}, None)
@@ -247,12 +301,27 @@ class ChainClient:
             # latest block of an idle chain (anvil mines only on a transaction) carries a stale
             # timestamp, so a call that is valid only past a deadline (finalizeRound once a
             # trainer died) would fail to estimate forever, and nothing would mine a new block.
-            estimate = self.read(lambda: self.w3.eth.estimate_gas(tx, "pending"))
+            estimate = self._estimate_on_node(tx)
         except (ContractLogicError, TesterTransactionFailed) as exc:
             raise revert_from(exc) or UnknownRevert(str(exc)) from exc
         except Web3RPCError as exc:
             raise TransactionRejected(f"gas estimation failed: {exc}") from exc
         return int(estimate * self.gas_margin) + 10_000
+
+    def _estimate_on_node(self, tx: TxParams) -> int:
+        """eth_estimateGas as far as the node serves it, learnt from its first refusal.
+
+        A node without the "pending" tag (the EthereumJS client) estimates against the latest
+        block: a chain that seals a block every period (Clique) has one at most a period old.
+        """
+        if self._estimation == "pending":
+            try:
+                return self.read(lambda: self.w3.eth.estimate_gas(tx, "pending"))
+            except Web3RPCError as exc:
+                if not _refuses_pending(exc):
+                    raise
+                self._estimation = "latest"
+        return self.read(lambda: self.w3.eth.estimate_gas(tx, "latest"))
 
     def _pending_nonce(self) -> int:
         return self.read(lambda: self.w3.eth.get_transaction_count(self.address, "pending"))
@@ -307,7 +376,11 @@ class ChainClient:
             try:
                 raw = self.read(lambda: self.w3.eth.get_transaction_receipt(HexStr(tx_hash)))
                 return self._receipt(raw)
-            except (TransactionNotFound, TimeExhausted):
+            except (TransactionNotFound, TimeExhausted, Web3RPCError) as exc:
+                if not isinstance(exc, TransactionNotFound | TimeExhausted) and not _receipt_not_stored_yet(
+                    exc
+                ):
+                    raise
                 if time.monotonic() > deadline:
                     raise TransactionTimeout(
                         f"no receipt for {tx_hash} after {self.receipt_timeout}s"

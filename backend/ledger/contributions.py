@@ -1,10 +1,16 @@
 """Each node's contribution to a job, derived from the mirrored chain events (no extra gas).
 
 Why derived, not counted on chain: every fact needed is already an event (RoundFinalized names
-the accepted updates and their medians, ScoresSubmitted each reveal, GlobalModelProposed /
-GlobalModelConfirmed each vote), so any node or outside tool recomputes the same figures from the
-chain alone; on-chain counters would add a storage write (2.9k-22.1k gas) to every update, reveal
-and vote of every round for figures nothing on chain reads.
+the accepted updates and their medians, ScoresSubmitted each reveal, GlobalModelVoted each vote,
+GlobalModelFixed the pair that won), so any node or outside tool recomputes the same figures from
+the chain alone; on-chain counters would add a storage write (2.9k-22.1k gas) to every update,
+reveal and vote of every round for figures nothing on chain reads.
+
+Only useful work counts: a vote counts when it was for the (hash, reference) pair the round fixed,
+and a reveal when it scored every update of its round and agreed with the committee's decision on
+at least half of them (its own score above its own base score plus the margin exactly when the
+update was accepted). So a member is not paid for garbage: random scores, a blanket 10000 or 0,
+or votes for a pair nobody else recomputed.
 
 Per participant: ``accepted_updates`` and the sum of their medians (``accepted_median_sum``, basis
 points), ``updates`` submitted, committee work (``reveals`` of scores, ``votes`` on global models),
@@ -16,6 +22,8 @@ are paid like an average accepted update). Shares sum to 1 (all 0 when nothing c
 from __future__ import annotations
 
 from collections import Counter
+
+from eth_utils import keccak
 
 from backend.ledger import models
 
@@ -30,9 +38,8 @@ def contributions(job: models.Job) -> list[dict]:
         median_sum[trainer] += median or 0
     updates = Counter(job.updates.values_list("trainer", flat=True))
     events = models.ChainEvent.objects.filter(contract="FederatedLearning", args__jobId=job.job_id)
-    reveals = Counter(e.args["member"] for e in events.filter(name="ScoresSubmitted"))
-    votes = Counter(e.args["proposer"] for e in events.filter(name="GlobalModelProposed"))
-    votes.update(e.args["member"] for e in events.filter(name="GlobalModelConfirmed"))
+    reveals = _useful_reveals(job, events.filter(name="ScoresSubmitted"))
+    votes = _winning_votes(events)
     total_accepted = sum(accepted_count.values())
     unit = sum(median_sum.values()) / total_accepted if total_accepted else 1.0
     weight = {n: median_sum[n] + unit * (reveals[n] + votes[n]) for n in nodes}
@@ -49,3 +56,40 @@ def contributions(job: models.Job) -> list[dict]:
         }
         for n in nodes
     ]
+
+
+def _winning_votes(events) -> Counter:
+    """Per member, its votes for the pair its round fixed."""
+    fixed = {
+        e.args["round"]: (e.args["modelHash"].lower(), e.args["referenceDigest"].lower())
+        for e in events.filter(name="GlobalModelFixed")
+    }
+    won: Counter = Counter()
+    for e in events.filter(name="GlobalModelVoted"):
+        pair = (e.args["modelHash"].lower(), _digest(e.args["modelRef"]))
+        if fixed.get(e.args["round"]) == pair:
+            won[e.args["member"]] += 1
+    return won
+
+
+def _useful_reveals(job: models.Job, reveals) -> Counter:
+    """Per member, its reveals that scored every update of the round and agreed with the decision
+    on at least half of them."""
+    by_round: dict[int, dict[str, bool]] = {}
+    for round_, trainer, was_accepted in job.updates.values_list("round", "trainer", "accepted"):
+        by_round.setdefault(round_, {})[trainer] = was_accepted
+    useful: Counter = Counter()
+    for e in reveals:
+        decided = by_round.get(e.args["round"], {})
+        given = dict(zip(e.args["trainers"], e.args["scores"], strict=False))
+        if not decided or set(given) != set(decided):
+            continue
+        threshold = int(e.args["baseScore"]) + int(job.margin)
+        agree = sum((int(given[t]) > threshold) == decided[t] for t in decided)
+        if 2 * agree >= len(decided):
+            useful[e.args["member"]] += 1
+    return useful
+
+
+def _digest(reference: str) -> str:
+    return "0x" + keccak(bytes.fromhex(reference.removeprefix("0x"))).hex()

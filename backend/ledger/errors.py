@@ -224,14 +224,6 @@ class RoundNotFinalizable(ContractRevert):
     """Scores are missing and the scoring deadline has not passed."""
 
 
-class ProposalMismatch(ContractRevert):
-    """No global model proposal with this hash."""
-
-
-class ProposalExists(ContractRevert):
-    """This global model was proposed already: confirm it instead."""
-
-
 class InvalidReference(ContractRevert):
     """A swarm reference is 32 or 64 bytes."""
 
@@ -253,7 +245,27 @@ class SpendOutOfBounds(ContractRevert):
 
 
 class TooManySpends(ContractRevert):
-    """This participant recorded the most spends a round allows (2)."""
+    """This participant recorded the most spends a round allows (MAX_SPENDS_PER_ROUND)."""
+
+
+class DrawNotOpen(ContractRevert):
+    """The job is not waiting for draw secrets (not started, or its committee is drawn)."""
+
+
+class DrawSecretMismatch(ContractRevert):
+    """The revealed draw secret is not the one committed at join."""
+
+
+class AlreadyRevealed(ContractRevert):
+    """This participant revealed its draw secret already."""
+
+
+class NotDrawn(ContractRevert):
+    """The participant did not reveal its draw secret in time (or never joined): it takes no part."""
+
+
+class DrawNotOverdue(ContractRevert):
+    """The draw secrets' reveal deadline has not passed: the draw waits for them."""
 
 
 class UnknownDataset(ContractRevert):
@@ -281,7 +293,24 @@ class InvalidDataset(ContractRevert):
 
 
 class DuplicateDataset(ContractRevert):
-    """These records are registered already, as the dataset ``existingId``."""
+    """This commitment is registered already, as the dataset ``existingId``."""
+
+
+class GrantRevoked(ContractRevert):
+    """The grantee's grant on the dataset ended: its jobs release nothing more from it."""
+
+
+class ImportOpen(ContractRevert):
+    """The registry still imports its predecessor's state: it takes no other write until its
+    imported members confirm the import (docs/OPERATIONS.md, Upgrades)."""
+
+
+class ImportNotOpen(ContractRevert):
+    """No import of a predecessor's state is open (none was, or the members closed it)."""
+
+
+class ImportIncomplete(ContractRevert):
+    """The predecessor's members or datasets are not all carried over yet: the import cannot close."""
 
 
 class Unauthorized(ContractRevert):
@@ -331,14 +360,17 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "LengthMismatch": LengthMismatch,
     "ScoringNotOpen": ScoringNotOpen,
     "RoundNotFinalizable": RoundNotFinalizable,
-    "ProposalMismatch": ProposalMismatch,
-    "ProposalExists": ProposalExists,
     "InvalidReference": InvalidReference,
     "InvalidUpdate": InvalidUpdate,
     "SamplesAboveDataset": SamplesAboveDataset,
     "SpendMissing": SpendMissing,
     "SpendOutOfBounds": SpendOutOfBounds,
     "TooManySpends": TooManySpends,
+    "DrawNotOpen": DrawNotOpen,
+    "DrawSecretMismatch": DrawSecretMismatch,
+    "AlreadyRevealed": AlreadyRevealed,
+    "NotDrawn": NotDrawn,
+    "DrawNotOverdue": DrawNotOverdue,
     "UnknownDataset": UnknownDataset,
     "NotDatasetOwner": NotDatasetOwner,
     "NotGranted": NotGranted,
@@ -346,6 +378,10 @@ ERROR_TYPES: dict[str, type[ContractRevert]] = {
     "PrivacyBudgetExceeded": PrivacyBudgetExceeded,
     "InvalidDataset": InvalidDataset,
     "DuplicateDataset": DuplicateDataset,
+    "GrantRevoked": GrantRevoked,
+    "ImportOpen": ImportOpen,
+    "ImportNotOpen": ImportNotOpen,
+    "ImportIncomplete": ImportIncomplete,
     "Unauthorized": Unauthorized,
     "AlreadyWired": AlreadyWired,
 }

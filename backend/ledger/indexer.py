@@ -5,7 +5,12 @@ transaction that stores the ChainEvent rows, applies the projections of the new 
 the cursor, so a crash resumes at the last committed block and a replay changes nothing.
 Several indexers of one database (a node's agent and web server) take turns on the cursor's row:
 a batch another one stored meanwhile is skipped, never inserted twice.
-Reorganisations deeper than ``confirmations`` are not handled: choose it for your chain.
+
+It follows the canonical chain: before each pass it checks that the events it mirrored for the
+last ``reorg_window`` blocks are the chain's events there now, and unwinds the mirror to the
+block before the first difference if not (reorgs.py), so a block dropped by a reorganisation
+leaves no trace; ``confirmations`` only keeps it behind the head, so that the common one-block
+fork of a validator chain is never mirrored at all (DEFL_CONFIRMATIONS).
 
 No event can stop it. Anyone can emit events (a name that is not UTF-8, a job id near 2^200),
 so each event is mirrored on its own: one that cannot be decoded, is out of bounds
@@ -30,7 +35,7 @@ from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import DatabaseError, DataError, IntegrityError, OperationalError, transaction
 from web3.exceptions import Web3RPCError
 
-from . import projections
+from . import projections, reorgs
 from .abi import DecodedEvent
 from .client import ChainClient
 from .models import ChainEvent, IndexerCursor, RejectedEvent
@@ -114,6 +119,12 @@ class IndexResult:
     events: int  # events seen in the range
     new_events: int  # events not stored before
     rejected: int = 0  # events skipped in the range (RejectedEvent rows)
+    unwound: reorgs.Unwind | None = None  # what a reorganisation took out of the mirror first
+
+
+# Blocks below the cursor whose events are re-checked on each pass: deeper than any fork of a
+# Clique consortium (settled within a rotation of its validators) and cheap to read (one request).
+DEFAULT_REORG_WINDOW = 64
 
 
 class EventIndexer:
@@ -125,10 +136,16 @@ class EventIndexer:
         confirmations: int = 0,
         batch_blocks: int = 2_000,
         max_logs: int = 10_000,
+        reorg_window: int | None = None,
     ):
         self.client = client
         self.deployment = deployment
         self.confirmations = confirmations
+        # Blocks below the cursor re-checked against the chain on every pass (reorgs.py); the
+        # in-process EVM never reorganises. At least the confirmations: they are where forks live.
+        if reorg_window is None:
+            reorg_window = 0 if client.in_process else DEFAULT_REORG_WINDOW
+        self.reorg_window = max(reorg_window, confirmations + 1) if reorg_window else 0
         self.batch_blocks = batch_blocks
         # Anyone who pays the gas can fill blocks with events: a range that returned more than
         # ``max_logs`` logs, or that the RPC refused to answer whole, is halved for the next
@@ -150,8 +167,10 @@ class EventIndexer:
         ``head``: the chain's latest block number when the caller knows it already (from a
         newHeads notification of the same endpoint); else it is asked for.
         """
+        chain_head = self.client.block_number() if head is None else head
+        unwound = self.follow_canonical(chain_head)
         start = self.last_block() + 1
-        head = (self.client.block_number() if head is None else head) - self.confirmations
+        head = chain_head - self.confirmations
         seen = new = rejected = 0
         block = start
         while block <= head:
@@ -172,7 +191,22 @@ class EventIndexer:
             batch = self.store_logs(logs, end)
             seen, new, rejected = seen + batch.events, new + batch.new_events, rejected + batch.rejected
             block = end + 1
-        return IndexResult(start, max(head, start - 1), seen, new, rejected)
+        return IndexResult(start, max(head, start - 1), seen, new, rejected, unwound)
+
+    def follow_canonical(self, chain_head: int) -> reorgs.Unwind | None:
+        """Unwind the mirror where its last ``reorg_window`` blocks no longer match the chain."""
+        indexed = self.last_block()
+        if not self.reorg_window or indexed < self.deployment.block:
+            return None
+        low = max(self.deployment.block, indexed - self.reorg_window + 1)
+        high = min(indexed, chain_head)
+        logs = self.client.get_logs(self.addresses, low, high) if high >= low else []
+        canonical = {reorgs.log_key(log) for log in logs if self._mirrors(log)}
+        stored = reorgs.stored_keys(self.addresses, low, indexed)
+        fork = reorgs.fork_point(stored, canonical, indexed, chain_head)
+        if fork is None:
+            return None
+        return reorgs.unwind(self.cursor_key, self.addresses, fork)
 
     def follow(
         self,
@@ -198,6 +232,14 @@ class EventIndexer:
                 if on_result:
                     on_result(result)
             stop.wait(interval)
+
+    def _mirrors(self, log: Any) -> bool:
+        """Whether store_logs keeps a row for this log (stored or rejected): all but the logs of
+        events no ABI of ours knows, which it passes over."""
+        try:
+            return self.client.decoder.decode(log) is not None
+        except Exception:  # noqa: BLE001 - undecodable: store_logs rejects it, a row all the same
+            return True
 
     def store_logs(self, logs: list[Any], last_block: int) -> IndexResult:
         """Mirror these logs (of blocks up to ``last_block``) and move the cursor to ``last_block``.

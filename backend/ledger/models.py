@@ -149,6 +149,7 @@ class Node(models.Model):
 class Job(models.Model):
     class Status(models.TextChoices):
         OPEN = "open"
+        DRAWING = "drawing"  # started: the participants reveal their draw secrets
         RUNNING = "running"
         FINISHED = "finished"
         CANCELLED = "cancelled"
@@ -175,6 +176,8 @@ class Job(models.Model):
     current_round = models.PositiveIntegerField(default=0)
     model_hash = models.CharField(max_length=HASH, blank=True)
     proposed_block = models.PositiveBigIntegerField()
+    # DrawOpened: the participants' draw secrets are due by this deadline (null before the start)
+    draw_deadline = Uint256Field(null=True)
 
 
 class Participant(models.Model):
@@ -182,6 +185,10 @@ class Participant(models.Model):
     node = models.CharField(max_length=ADDRESS)
     dataset_id = Uint256Field()
     index = models.PositiveIntegerField()
+    # revealed its draw secret (DrawSecretRevealed): it may train and sit on committees
+    drawn = models.BooleanField(default=False)
+    # withheld a reveal of scores it committed to (ScoresWithheld): never seated again in the job
+    banned = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "node"], name="ledger_participant_unique")]
@@ -207,6 +214,8 @@ class Round(models.Model):
     base_median = models.PositiveIntegerField(null=True)
     # the new committee's deadline to fix the round's model (RoundFinalized); null before
     aggregate_deadline = Uint256Field(null=True)
+    # the job's random state after the round (RoundFinalized): orders equal medians, draws seats
+    seed = models.CharField(max_length=HASH, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "number"], name="ledger_round_unique")]
@@ -233,6 +242,7 @@ class Update(models.Model):
     content_hash = models.CharField(max_length=HASH)
     samples = Uint256Field()
     median = models.PositiveIntegerField(null=True)
+    # position among the accepted (RoundFinalized lists them best first); null when not accepted
     rank = models.PositiveIntegerField(null=True)
     accepted = models.BooleanField(default=False)
 
@@ -271,6 +281,9 @@ class AcceptedUpdate(models.Model):
 
 
 class GlobalModelProposal(models.Model):
+    """A (model hash, reference) pair the aggregating committee voted for; ``proposer``: its first
+    voter; ``votes``: how many members voted for exactly this pair (GlobalModelVoted)."""
+
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="proposals")
     round = models.PositiveIntegerField()
     proposer = models.CharField(max_length=ADDRESS)
@@ -301,16 +314,30 @@ class GlobalModel(models.Model):
         constraints = [models.UniqueConstraint(fields=["job", "round"], name="ledger_global_model_unique")]
 
 
+class BudgetSource(models.Model):
+    """A privacy budget on chain shared by datasets that may hold the same records (a provider's
+    datasets unless declared disjoint): its cap is the smallest of theirs (micro-epsilon)."""
+
+    source_id = Uint256Field(unique=True)
+    owner = models.CharField(max_length=ADDRESS)
+    cap = Uint256Field()
+    spent = Uint256Field(default=0)
+
+
 class Dataset(models.Model):
     dataset_id = Uint256Field(unique=True)
     owner = models.CharField(max_length=ADDRESS)
-    content_hash = models.CharField(max_length=HASH)
+    # keyed by the owner's node: says nothing about the records (DataRegistry)
+    commitment = models.CharField(max_length=HASH)
     swarm_ref = models.CharField(max_length=HASH)
     schema_hash = models.CharField(max_length=HASH)
     samples = Uint256Field()
     privacy_cap = Uint256Field()
+    # its source's spend (every dataset of the source shows the same): what is left is cap - spent
     privacy_spent = Uint256Field(default=0)
     registered_block = models.PositiveBigIntegerField()
+    source = models.ForeignKey(BudgetSource, on_delete=models.PROTECT, null=True, related_name="datasets")
+    disjoint = models.BooleanField(default=False)
 
 
 class Grant(models.Model):
@@ -318,6 +345,7 @@ class Grant(models.Model):
     grantee = models.CharField(max_length=ADDRESS)
     wrapped_key = models.TextField()
     active = models.BooleanField(default=True)
+    cap = Uint256Field(default=0)  # micro-epsilon the grantee's jobs may spend on the dataset
     granted_block = models.PositiveBigIntegerField()
     revoked_block = models.PositiveBigIntegerField(null=True)
 
@@ -334,6 +362,32 @@ class PrivacySpend(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["dataset", "job_id"], name="ledger_privacy_unique")]
+
+
+class PrivacyRecord(models.Model):
+    """One recorded release (PrivacySpent): what anyone needs to recompute a participant's epsilon
+    in a job, together with the job's public plan."""
+
+    class Kind(models.IntegerChoices):
+        UPDATE = 0, "update"  # a published training update
+        SCORES = 1, "scores"  # a committee member's noisy scores
+        WITHHELD = 2, "withheld"  # a training release computed and never published
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="privacy_records")
+    job_id = Uint256Field()
+    round = models.PositiveIntegerField()
+    spender = models.CharField(max_length=ADDRESS)
+    amount = Uint256Field()
+    kind = models.PositiveSmallIntegerField(choices=Kind.choices)
+    steps = models.PositiveIntegerField(default=0)
+    block = models.PositiveBigIntegerField()
+    log_index = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["block", "log_index"], name="ledger_privacy_record_unique")
+        ]
+        indexes = [models.Index(fields=["job_id", "spender"])]
 
 
 class ScoreCommitment(models.Model):

@@ -21,6 +21,7 @@ from .abi import DecodedEvent
 from .artifacts import all_artifacts
 from .models import (
     AcceptedUpdate,
+    BudgetSource,
     CommitteeSeat,
     Dataset,
     GlobalModel,
@@ -29,6 +30,7 @@ from .models import (
     Job,
     Node,
     Participant,
+    PrivacyRecord,
     PrivacySpend,
     Round,
     Score,
@@ -176,6 +178,16 @@ def participant_joined(e: DecodedEvent) -> None:
     )
 
 
+def draw_opened(e: DecodedEvent) -> None:
+    Job.objects.filter(job_id=e.args["jobId"]).update(
+        status=Job.Status.DRAWING, draw_deadline=e.args["deadline"]
+    )
+
+
+def draw_secret_revealed(e: DecodedEvent) -> None:
+    Participant.objects.filter(job=_job(e.args), node=e.args["node"]).update(drawn=True)
+
+
 def job_started(e: DecodedEvent) -> None:
     Job.objects.filter(job_id=e.args["jobId"]).update(status=Job.Status.RUNNING)
 
@@ -242,13 +254,14 @@ def round_finalized(e: DecodedEvent) -> None:
     Round.objects.filter(job=job, number=a["round"]).update(
         status=Round.Status.AGGREGATING,
         finalized_block=e.block_number,
-        base_median=_small(a.get("baseMedian", 0), "baseMedian"),
-        aggregate_deadline=a.get("aggregateDeadline"),
+        base_median=_small(a["baseMedian"], "baseMedian"),
+        aggregate_deadline=a["aggregateDeadline"],
+        seed=a["seed"],
     )
-    accepted = set(a["accepted"])
-    for rank, (trainer, median) in enumerate(zip(a["ranking"], a["medians"], strict=True)):
+    rank = {trainer: position for position, trainer in enumerate(a["accepted"])}
+    for trainer, median in zip(a["trainers"], a["medians"], strict=True):
         Update.objects.filter(job=job, round=a["round"], trainer=trainer).update(
-            median=_small(median, "median"), rank=rank, accepted=trainer in accepted
+            median=_small(median, "median"), rank=rank.get(trainer), accepted=trainer in rank
         )
     AcceptedUpdate.objects.bulk_create(
         [
@@ -257,27 +270,33 @@ def round_finalized(e: DecodedEvent) -> None:
         ],
         ignore_conflicts=True,
     )
-    # the elected committee sits on the next round (it aggregates this one, then scores that one)
+    # the drawn committee sits on the next round (it aggregates this one, then scores that one)
     for seat, member in enumerate(a["nextCommittee"]):
         CommitteeSeat.objects.update_or_create(
             job=job, round=a["round"] + 1, seat=seat, defaults={"member": member}
         )
 
 
-def global_model_proposed(e: DecodedEvent) -> None:
+def scores_withheld(e: DecodedEvent) -> None:
+    Participant.objects.filter(job=_job(e.args), node=e.args["member"]).update(banned=True)
+
+
+def global_model_voted(e: DecodedEvent) -> None:
     a = e.args
-    GlobalModelProposal.objects.get_or_create(
+    proposal, _ = GlobalModelProposal.objects.get_or_create(
         job=_job(a),
         round=_small(a["round"], "round"),
         model_hash=a["modelHash"],
         reference=_fits(GlobalModelProposal, "reference", a["modelRef"]),
-        defaults=dict(proposer=a["proposer"]),
+        defaults=dict(proposer=a["member"]),
     )
+    proposal.votes = _small(a["votes"], "votes")
+    proposal.save(update_fields=["votes"])
 
 
 def _proposal(job: Job, round_: int, model_hash: str, reference_digest: str) -> GlobalModelProposal | None:
-    """The proposal of ``model_hash`` whose reference hashes to ``reference_digest``: a hash may be
-    proposed with several references (a hijacked one among them), each pair its own proposal."""
+    """The voted pair of ``model_hash`` whose reference hashes to ``reference_digest``: a hash may be
+    voted with several references (a hijacked one among them), each pair its own votes."""
     for proposal in GlobalModelProposal.objects.filter(job=job, round=round_, model_hash=model_hash):
         if _ref_digest(proposal.reference) == reference_digest.lower():
             return proposal
@@ -288,21 +307,14 @@ def _ref_digest(reference: str) -> str:
     return "0x" + keccak(bytes.fromhex(reference.removeprefix("0x"))).hex()
 
 
-def global_model_confirmed(e: DecodedEvent) -> None:
-    a = e.args
-    proposal = _proposal(_job(a), a["round"], a["modelHash"], a["referenceDigest"])
-    if proposal is None:
-        raise Rejected(f"no proposal of {a['modelHash']} with that reference for round {a['round']}")
-    proposal.votes = _small(a["votes"], "votes")
-    proposal.save(update_fields=["votes"])
-
-
 def global_model_fixed(e: DecodedEvent) -> None:
     a = e.args
     job = _job(a)
     proposal = _proposal(job, a["round"], a["modelHash"], a["referenceDigest"])
     if proposal is None:
-        raise Rejected(f"no proposal of {a['modelHash']} for round {a['round']} of job {a['jobId']}")
+        raise Rejected(
+            f"no vote for {a['modelHash']} with that reference in round {a['round']} of job {a['jobId']}"
+        )
     GlobalModel.objects.get_or_create(
         job=job,
         round=a["round"],
@@ -337,18 +349,32 @@ def _job_status(status: str) -> Callable[[DecodedEvent], None]:
 
 def dataset_registered(e: DecodedEvent) -> None:
     a = e.args
-    Dataset.objects.get_or_create(
+    source, created = BudgetSource.objects.get_or_create(
+        source_id=a["sourceId"], defaults=dict(owner=a["owner"], cap=a["privacyCap"])
+    )
+    if not created and int(a["privacyCap"]) < int(source.cap):  # the most restrictive cap wins
+        source.cap = a["privacyCap"]
+        source.save(update_fields=["cap"])
+    dataset, created = Dataset.objects.get_or_create(
         dataset_id=a["datasetId"],
         defaults=dict(
             owner=a["owner"],
-            content_hash=a["contentHash"],
+            commitment=a["commitment"],
             swarm_ref=a["swarmRef"],
             schema_hash=a["schemaHash"],
             samples=a["samples"],
             privacy_cap=a["privacyCap"],
+            privacy_spent=source.spent,
             registered_block=e.block_number,
+            source=source,
+            disjoint=a["disjoint"],
         ),
     )
+    if not created and dataset.source_id is None and dataset.owner.lower() == str(a["owner"]).lower():
+        # a dataset of the previous contracts (no sources), carried over with the same id
+        # (docs/OPERATIONS.md, Upgrades): it joins the source the new contracts gave it
+        dataset.source, dataset.privacy_spent, dataset.disjoint = source, source.spent, a["disjoint"]
+        dataset.save(update_fields=["source", "privacy_spent", "disjoint"])
 
 
 def access_granted(e: DecodedEvent) -> None:
@@ -359,7 +385,11 @@ def access_granted(e: DecodedEvent) -> None:
         dataset=_dataset(a["datasetId"]),
         grantee=a["grantee"],
         defaults=dict(
-            wrapped_key=a["wrappedKey"], active=True, granted_block=e.block_number, revoked_block=None
+            wrapped_key=a["wrappedKey"],
+            active=True,
+            cap=a["cap"],
+            granted_block=e.block_number,
+            revoked_block=None,
         ),
     )
 
@@ -371,14 +401,39 @@ def access_revoked(e: DecodedEvent) -> None:
     )
 
 
+def dataset_key_rotated(e: DecodedEvent) -> None:
+    Dataset.objects.filter(dataset_id=e.args["datasetId"]).update(swarm_ref=e.args["swarmRef"])
+
+
 def privacy_spent(e: DecodedEvent) -> None:
     a = e.args
     dataset = _dataset(a["datasetId"])
-    dataset.privacy_spent = a["datasetTotal"]
-    dataset.save(update_fields=["privacy_spent"])
+    if dataset.source_id is not None:  # every dataset of the source shows the source's spend
+        BudgetSource.objects.filter(pk=dataset.source_id).update(spent=a["sourceTotal"])
+        Dataset.objects.filter(source_id=dataset.source_id).update(privacy_spent=a["sourceTotal"])
     PrivacySpend.objects.update_or_create(
         dataset=dataset, job_id=a["jobId"], defaults={"spent": a["jobTotal"]}
     )
+    PrivacyRecord.objects.get_or_create(
+        block=e.block_number,
+        log_index=e.log_index,
+        defaults=dict(
+            dataset=dataset,
+            job_id=a["jobId"],
+            round=_small(a["round"], "round"),
+            spender=a["spender"],
+            amount=a["amount"],
+            kind=_small(a["kind"], "kind"),
+            steps=_small(a["steps"], "steps"),
+        ),
+    )
+
+
+def privacy_carried(e: DecodedEvent) -> None:
+    """What the previous contracts recorded on a carried dataset, counted into its source."""
+    a = e.args
+    BudgetSource.objects.filter(source_id=a["sourceId"]).update(spent=a["sourceTotal"])
+    Dataset.objects.filter(source__source_id=a["sourceId"]).update(privacy_spent=a["sourceTotal"])
 
 
 def _ignore(e: DecodedEvent) -> None:
@@ -395,14 +450,16 @@ HANDLERS: dict[str, Callable[[DecodedEvent], None]] = {
     "NodeRemoved": _node_status(Node.Status.REMOVED),
     "JobProposed": job_proposed,
     "ParticipantJoined": participant_joined,
+    "DrawOpened": draw_opened,
+    "DrawSecretRevealed": draw_secret_revealed,
     "JobStarted": job_started,
     "RoundOpened": round_opened,
     "UpdateSubmitted": update_submitted,
     "ScoresSubmitted": scores_submitted,
+    "ScoresWithheld": scores_withheld,
     "RoundFinalized": round_finalized,
     "AggregationSkipped": aggregation_skipped,
-    "GlobalModelProposed": global_model_proposed,
-    "GlobalModelConfirmed": global_model_confirmed,
+    "GlobalModelVoted": global_model_voted,
     "GlobalModelFixed": global_model_fixed,
     "JobFinished": _job_status(Job.Status.FINISHED),
     "JobFailed": _job_status(Job.Status.FAILED),
@@ -410,8 +467,14 @@ HANDLERS: dict[str, Callable[[DecodedEvent], None]] = {
     "DatasetRegistered": dataset_registered,
     "AccessGranted": access_granted,
     "AccessRevoked": access_revoked,
+    "DatasetKeyRotated": dataset_key_rotated,
     "PrivacySpent": privacy_spent,
     "SpenderWired": _ignore,  # DataRegistry's one-time wiring to FederatedLearning at deployment
+    "PrivacyCarried": privacy_carried,
+    # an upgrade's import (docs/OPERATIONS.md, Upgrades): kept in ChainEvent only
+    "DataImportWired": _ignore,
+    "ImportConfirmVoted": _ignore,
+    "ImportClosed": _ignore,
 }
 
 

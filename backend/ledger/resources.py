@@ -49,6 +49,7 @@ class JobStatus(IntEnum):
     FINISHED = 3
     CANCELLED = 4
     FAILED = 5
+    DRAWING = 6  # started: the participants reveal their draw secrets, then the first committee is drawn
 
 
 class RoundPhase(IntEnum):
@@ -121,9 +122,13 @@ class JobState:
     commit_count: int  # members that committed to scores this round
     max_spend_per_round: int
     margin: int
+    reveal_count: int  # participants that revealed their draw secret
+    early_count: int  # updates of the next round sent while this one aggregates (submitUpdate, early)
     config_hash: bytes
     model_hash: bytes
     model_ref_digest: bytes
+    seed: bytes  # the job's random state: every draw derives from it
+    mix: bytes  # XOR of the secrets and salts revealed since the last draw
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,16 @@ class ParticipantInfo:
     committee_round: int
     seat: int
     spend_round: int = 0  # the last round this node recorded a privacy spend for
-    spends: int = 0  # how many it recorded for spend_round (at most 2)
+    spends: int = 0  # how many it recorded for spend_round (at most MAX_SPENDS_PER_ROUND)
     samples: int = 0  # its dataset's registered size: the most samples an update may name
     commit_round: int = 0  # the last round this node committed to scores for
+    score_spend_round: int = 0  # the last round it recorded a score release for
+    flags: int = 0  # DRAWN (1: revealed its draw secret) | PUBLIC_HOLDOUT (2)
+
+    @property
+    def drawn(self) -> bool:
+        """It revealed its draw secret in time: it may train and sit on committees."""
+        return bool(self.flags & 1)
 
 
 @dataclass(frozen=True)
@@ -159,10 +171,20 @@ class UpdateInfo:
 
 
 @dataclass(frozen=True)
-class ProposalInfo:
+class VoteInfo:
+    """The votes for one (model hash, reference) pair of a round; ``proposer``: its first voter."""
+
     proposer: str
     votes: int
     ref_digest: bytes
+
+
+class SpendKind(IntEnum):
+    """What a recorded privacy spend released (DataRegistry.PrivacySpent.kind)."""
+
+    UPDATE = 0  # a published training update
+    SCORES = 1  # a committee member's noisy scores
+    WITHHELD = 2  # a training release computed and never published (a discarded speculation)
 
 
 @dataclass(frozen=True)
@@ -170,9 +192,9 @@ class DatasetInfo:
     dataset_id: int
     owner: str
     samples: int
+    source_id: int  # the privacy budget it shares (SourceInfo)
     privacy_cap: int
-    privacy_spent: int
-    content_hash: bytes
+    commitment: bytes  # keyed by the owner's node: says nothing about the records
     schema_hash: bytes
     swarm_ref: bytes
     public_holdout_hash: bytes = b"\x00" * 32  # the hold-out split declared public; zero when none
@@ -183,13 +205,29 @@ class DatasetInfo:
 
 
 @dataclass(frozen=True)
-class RuleOutcome:
-    """CommitteeRule's answer (same fields as fl_node.committee.RoundOutcome)."""
+class SourceInfo:
+    """A privacy budget shared by datasets that may hold the same records (micro-epsilon)."""
 
-    ranking: list[str]
+    source_id: int
+    owner: str
+    cap: int
+    spent: int
+
+
+@dataclass(frozen=True)
+class GrantInfo:
+    active: bool
+    cap: int  # micro-epsilon the grantee's jobs may spend on the dataset
+    spent: int
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """CommitteeRule's answer: each update's median (in the order given), the accepted (best
+    first) and the base median (fl_node.committee.decide_round's)."""
+
     medians: list[int]
     accepted: list[str]
-    next_committee: list[str]
     base_median: int = 0
 
 
@@ -198,6 +236,10 @@ class Deployment:
     chain_id: int
     block: int
     addresses: dict[str, str] = field(default_factory=dict)
+    evm_version: str = "cancun"  # the hardfork the contracts were compiled for (artifacts.EVM_VERSIONS)
+    # The deployment this one carried the consortium over from (docs/OPERATIONS.md, Upgrades):
+    # read-only, its jobs finish there and stay readable. None for a first deployment.
+    previous: Deployment | None = None
 
     def address(self, name: str) -> str:
         return self.addresses[name]

@@ -1,13 +1,12 @@
-"""Creating users with a role (used by ``manage.py node adduser`` and the tests)."""
+"""Creating and changing users with a role (the users API, ``manage.py node adduser``, the tests)."""
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
-from backend.api.authentication import token_expired
-from backend.identity.roles import Role
+from backend.identity.roles import Role, role_of
+from backend.nodes import tokens
 from backend.nodes.models import Profile
 
 
@@ -17,8 +16,8 @@ def create_or_update_user(
 ) -> tuple[object, bool]:
     """Create the user (or change an existing one's role and password); returns (user, created).
 
-    Without a password the account can only use an API token, which is what
-    scripts and other services want.
+    Without a password the account can only use API tokens, which is what scripts and other
+    services want.
     """
     role = Role(role)
     user_model = get_user_model()
@@ -32,14 +31,15 @@ def create_or_update_user(
     return user, created
 
 
-def api_token(user, *, valid_for_s: float = 0) -> str:
-    """The user's API token, replaced by a fresh one when it expires within ``valid_for_s`` seconds.
+def api_token(user, name: str = "script") -> str:
+    """A new named script token of the user (its key: shown once, stored as a hash)."""
+    _, key = tokens.issue_script_token(user, name)
+    return key
 
-    A login asks for half the lifetime (DEFL_TOKEN_TTL_S), so it never hands out a token about
-    to expire, while clients that share the account keep theirs for most of its life.
-    """
-    token, _ = Token.objects.get_or_create(user=user)
-    if token_expired(token, margin_s=valid_for_s):
-        token.delete()
-        token = Token.objects.create(user=user)
-    return token.key
+
+def active_operators(exclude=None) -> int:
+    """How many enabled accounts act as operators, not counting ``exclude``."""
+    users = get_user_model().objects.filter(is_active=True).select_related("profile")
+    if exclude is not None:
+        users = users.exclude(pk=exclude.pk)
+    return sum(1 for user in users if role_of(user) == Role.OPERATOR)

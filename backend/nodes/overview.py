@@ -72,11 +72,11 @@ def chain_status() -> dict:
 def storage_status() -> dict:
     unavailable = {"available": False, "chunks": None, "bytes": None, "pinned_chunks": None}
     try:
-        from backend.swarm.factory import local_store
+        from backend.swarm.factory import storage_usage
     except ImportError:
         return unavailable | {"error": "the swarm store is not available on this node"}
     try:
-        usage = local_store().usage()
+        usage = storage_usage()
     except Exception as exc:  # a broken chunk directory must not take the status page down
         logger.warning("storage usage unavailable: %r", exc)
         return unavailable | {"error": _describe(exc)}
@@ -252,7 +252,7 @@ class _BlockTimes:
                 known = self._times.get(key)
             if known is None:
                 try:
-                    stamp = ledger.client.read(lambda b=block: ledger.client.w3.eth.get_block(b)["timestamp"])
+                    stamp = ledger.client.block_timestamp(block)
                 except Exception as exc:
                     logger.info("block %s timestamp unavailable: %r", block, exc)
                     continue

@@ -2,12 +2,19 @@
 
 from rest_framework import serializers
 
+from backend.api.query import QuerySerializer
 from backend.identity.roles import Role
 
 
 class LoginSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=256, trim_whitespace=False, style={"input_type": "password"})
+    device = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="what this login is called in the user's list of logins (default: browser and system)",
+    )
 
 
 class MeSerializer(serializers.Serializer):
@@ -16,7 +23,9 @@ class MeSerializer(serializers.Serializer):
 
 
 class LoginResponseSerializer(serializers.Serializer):
-    token = serializers.CharField()
+    token = serializers.CharField(help_text="this login's own token: logging out ends it, and only it")
+    token_id = serializers.IntegerField(help_text="the token's id in GET /api/tokens")
+    expires = serializers.DateTimeField()
     user = MeSerializer()
 
 
@@ -78,7 +87,7 @@ class EventSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_null=True, help_text="why it was rejected (null when mirrored)")
 
 
-class EventQuerySerializer(serializers.Serializer):
+class EventQuerySerializer(QuerySerializer):
     limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
     status = serializers.ChoiceField(
         choices=["mirrored", "rejected"], required=False, help_text="only events of this status"

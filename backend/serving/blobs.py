@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+
 from backend.api.errors import Conflict
 from backend.swarm import factory as swarm_factory
 from fl_node.codec import content_hash
@@ -35,3 +38,34 @@ def fetch_model_bytes(model) -> bytes:
         # The store verifies chunks against addresses; this catches a wrong reference in the registry.
         raise Conflict(f"the bytes at {model.reference[:16]}… do not match model {model.pk}'s content hash")
     return data
+
+
+class ModelMismatch(Exception):
+    """A streamed model's bytes did not hash to its registered content hash (raised at its end)."""
+
+
+def model_size(model) -> int:
+    """The model blob's size, read from its root chunk (BlobTooLarge above the architecture's bound)."""
+    return _store().stat(model.reference, max_bytes=max_model_bytes(model)).size
+
+
+def stream_model_bytes(model) -> Iterator[bytes]:
+    """The model's bytes a piece at a time (never the whole model in memory), hashed on the way.
+
+    The store verifies every chunk against its address; should the registry's reference name other
+    bytes than its content hash, the last piece is withheld and ModelMismatch raised, so a client
+    that was promised Content-Length bytes never receives a complete wrong file.
+    """
+    digest = hashlib.sha256()
+    pending: bytes | None = None
+    for piece in _store().open(model.reference, max_bytes=max_model_bytes(model)):
+        if pending is not None:
+            yield pending
+        pending = bytes(piece)
+        digest.update(pending)
+    if digest.hexdigest() != model.content_hash:
+        raise ModelMismatch(
+            f"the bytes at {model.reference[:16]}… do not match model {model.pk}'s content hash"
+        )
+    if pending is not None:
+        yield pending

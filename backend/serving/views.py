@@ -1,14 +1,16 @@
 """Model registry and online inference: thin views over backend.serving.services."""
 
-from django.http import HttpResponse
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
 
 from backend.api.pagination import BoundedLimitOffsetPagination
 from backend.api.permissions import AnyRole
+from backend.api.schema import errors
 from backend.serving import blobs, services
 from backend.serving.models import GlobalModel
 from backend.serving.serializers import (
@@ -17,6 +19,13 @@ from backend.serving.serializers import (
     PredictRequestSerializer,
     PredictResponseSerializer,
 )
+
+
+class ModelDownloadThrottle(UserRateThrottle):
+    """Model downloads per user (or per address for a caller without one)."""
+
+    scope = "model_download"
+    rate = "20/min"
 
 
 class GlobalModelViewSet(viewsets.ReadOnlyModelViewSet):
@@ -28,13 +37,20 @@ class GlobalModelViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         responses={
-            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, "safetensors bytes")
+            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, "safetensors bytes"),
+            **errors(409, 413, 429, 503),
         }
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], throttle_classes=[ModelDownloadThrottle])
     def download(self, request, pk=None):
+        # Streamed a piece at a time (a model may be hundreds of megabytes), at most
+        # ModelDownloadThrottle's rate per user: a script cannot pin the node's memory or network.
         model = self.get_object()
-        response = HttpResponse(blobs.fetch_model_bytes(model), content_type="application/octet-stream")
+        size = blobs.model_size(model)
+        response = StreamingHttpResponse(
+            blobs.stream_model_bytes(model), content_type="application/octet-stream"
+        )
+        response["Content-Length"] = str(size)
         filename = f"defl-job{model.job}-round{model.round}.safetensors"
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response

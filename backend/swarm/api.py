@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +28,9 @@ from backend.swarm.repair import RepairReport, repair_chunks, repair_node
 from backend.swarm.store import ChunkStore, GcResult, StoreUsage
 from backend.swarm.upload import LocalCopySink, ReplicatingSink
 
-Source = BinaryIO | bytes | str | os.PathLike[str]
+# Bytes or an open binary stream, never a path: a string reaching `put` from a request must not
+# make the node read one of its own files (a multipart field without a filename is a str).
+Source = BinaryIO | bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,13 @@ class NodeStat:
     replication: int
     nodes: list[dict[str, object]]
     usage: StoreUsage
+
+
+@dataclass(frozen=True)
+class RefillReport:
+    missing: int  # indexed chunks whose file was not here
+    fetched: int  # of those, fetched back from peers (verified) and stored
+    unavailable: int  # no live peer had them: left to the peers' scheduled repairs
 
 
 class Swarm:
@@ -199,6 +209,26 @@ class Swarm:
             usage=self.store.usage(),
         )
 
+    def refill(self, *, batch: int = 64, progress: Callable[[int], None] | None = None) -> RefillReport:
+        """Fetch back from peers every chunk the index lists but the disk lacks (after a restore
+        whose backup had no chunks); what no live peer has stays missing, for the repairs."""
+        from backend.swarm.errors import ChunkNotFound
+
+        missing = self.store.missing()
+        self.network.refresh()
+        source = NetworkSource(self.network, repair=False)
+        fetched = 0
+        for start in range(0, len(missing), batch):
+            for address in missing[start : start + batch]:
+                try:
+                    data = source.fetch_batch([address])[address]
+                except ChunkNotFound:
+                    continue
+                fetched += len(self.store.put_many([(address, data)]))
+            if progress:
+                progress(min(start + batch, len(missing)))
+        return RefillReport(missing=len(missing), fetched=fetched, unavailable=len(missing) - fetched)
+
     def repair(
         self,
         reference: Reference | str | None = None,
@@ -293,20 +323,54 @@ def _ref(reference: Reference | str) -> Reference:
 
 
 class _open_source:
-    """A context manager giving a binary stream for a path, bytes or an open stream."""
+    """A context manager giving a binary stream for bytes or an open binary stream.
+
+    Anything else (a ``str``, a path) is refused with ``TypeError``: paths are opened by the
+    caller that owns them (the ``swarm put`` command, a benchmark), never here.
+    """
 
     def __init__(self, source: Source) -> None:
         self.source = source
-        self._owned: BinaryIO | None = None
 
     def __enter__(self) -> BinaryIO:
         if isinstance(self.source, bytes | bytearray | memoryview):
             return io.BytesIO(self.source)
-        if isinstance(self.source, str | os.PathLike):
-            self._owned = open(Path(self.source), "rb")  # noqa: SIM115 - closed in __exit__
-            return self._owned
+        if isinstance(self.source, str | os.PathLike) or not callable(getattr(self.source, "read", None)):
+            raise TypeError(f"a blob is bytes or a binary stream, not {type(self.source).__name__}")
         return self.source
 
     def __exit__(self, *exc: object) -> None:
-        if self._owned:
-            self._owned.close()
+        return None
+
+
+def backup_store(store: ChunkStore, directory: Path, *, with_chunks: bool = False) -> int:
+    """Copy the chunk index (a consistent snapshot) into ``directory``, and with ``with_chunks``
+    every chunk file under ``directory/chunks``; returns the chunks copied."""
+    directory.mkdir(parents=True, exist_ok=True)
+    store.backup_index(directory / "index.sqlite3")
+    copied = 0
+    if with_chunks:
+        for address in store.addresses():  # chunk files never change: each copy is whole
+            target = directory / "chunks" / address.hex()[:2] / address.hex()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(store.path(address), target)
+            except FileNotFoundError:  # collected meanwhile: a peer holds it
+                continue
+            copied += 1
+    return copied
+
+
+def restore_store(store: ChunkStore, directory: Path) -> None:
+    """Put back a backup's index and chunks (``backup``): the node's processes are stopped."""
+    root = store.root
+    for suffix in ("", "-wal", "-shm"):
+        (root / f"index.sqlite3{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(directory / "index.sqlite3", root / "index.sqlite3")
+    saved = directory / "chunks"
+    if saved.is_dir():
+        for file in saved.rglob("*"):
+            target = root / file.relative_to(saved)
+            if file.is_file() and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, target)

@@ -104,6 +104,7 @@ class PeerClient:
         allow_private: bool = False,
         timeout_s: float = 30.0,
         connect_timeout_s: float = 3.0,
+        on_transfer: Callable[[str, int], None] | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("a peer client needs the peer's URL")
@@ -114,6 +115,7 @@ class PeerClient:
         self.guard = EndpointGuard(self.base_url, allow_private=allow_private)
         self.timeout_s = timeout_s
         self.timeout = (connect_timeout_s, timeout_s)
+        self.on_transfer = on_transfer  # (direction "sent" | "received", chunk bytes): the node's metrics
         self.session = requests.Session()
         self.session.mount("http://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
         self.session.mount("https://", HTTPAdapter(pool_connections=1, pool_maxsize=16))
@@ -145,6 +147,7 @@ class PeerClient:
     def push(self, chunks: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
         body = BatchBody(chunks)
         answer = self._post(PUSH_PATH, body, len(body.chunks) * ADDRESS_SIZE, body.digest())
+        self._transferred("sent", sum(len(data) for _, data in chunks))
         return set(decode_addresses(answer))
 
     @_translate_errors
@@ -152,7 +155,13 @@ class PeerClient:
         limit = len(addresses) * (_FRAME + MAX_CHUNK_BYTES)
         answer = self._post(FETCH_PATH, encode_addresses(addresses), limit)
         asked = set(addresses)
-        return {a: bytes(d) for a, d in decode_batch(answer) if a in asked and len(d) <= MAX_CHUNK_BYTES}
+        found = {a: bytes(d) for a, d in decode_batch(answer) if a in asked and len(d) <= MAX_CHUNK_BYTES}
+        self._transferred("received", sum(len(d) for d in found.values()))
+        return found
+
+    def _transferred(self, direction: str, size: int) -> None:
+        if self.on_transfer is not None:
+            self.on_transfer(direction, size)
 
     @_translate_errors
     def has(self, addresses: Sequence[bytes]) -> set[bytes]:

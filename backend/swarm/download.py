@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from threading import Lock
 
-from backend.swarm.errors import ChunkNotFound, PeerError
+from backend.swarm.errors import ChunkMissing, ChunkNotFound, PeerError
 from backend.swarm.network import Network, Node
 from backend.swarm.reference import is_valid_chunk
 
@@ -59,6 +59,8 @@ class NetworkSource:
         rankings = {a: self.network.ranked(a) for a in addresses}
         asked: dict[bytes, set[str]] = {a: set() for a in addresses}
         bad: dict[bytes, list[Node]] = {a: [] for a in addresses}
+        unanswered: set[bytes] = set()  # some node could not be asked about these
+        corrupt: set[bytes] = set()  # some node returned a copy that does not hash to its address
         found: dict[bytes, bytes] = {}
         while len(found) < len(addresses):
             plan: dict[str, tuple[Node, list[bytes]]] = {}
@@ -67,11 +69,14 @@ class NetworkSource:
                     continue
                 node = self._next(rankings[address], asked[address])
                 if node is None:
-                    raise ChunkNotFound(address, "no node returned a valid copy")
+                    if address in unanswered or address in corrupt:
+                        raise ChunkNotFound(address, "no node returned a valid copy")
+                    raise ChunkMissing(address, "every node asked answered that it holds no copy")
                 asked[address].add(node.peer.address)
                 plan.setdefault(node.peer.address, (node, []))[1].append(address)
             for node, wanted in plan.values():
-                self._ask(node, wanted, found, bad)
+                if not self._ask(node, wanted, found, bad, corrupt):
+                    unanswered.update(wanted)
         if self.repair:
             self._push_back(found, bad)
         return found
@@ -93,14 +98,20 @@ class NetworkSource:
         return fallback
 
     def _ask(
-        self, node: Node, wanted: list[bytes], found: dict[bytes, bytes], bad: dict[bytes, list[Node]]
-    ) -> None:
+        self,
+        node: Node,
+        wanted: list[bytes],
+        found: dict[bytes, bytes],
+        bad: dict[bytes, list[Node]],
+        corrupt: set[bytes],
+    ) -> bool:
+        """Ask one node for chunks; False when it could not be asked (it is marked down)."""
         try:
             returned = node.transport.fetch(wanted)
         except PeerError:
             self.network.mark_down(node)
             self.stats.add(failed_requests=1)
-            return
+            return False
         self.network.mark_up(node)
         trusted = node.transport.verified_reads
         for address in wanted:
@@ -110,6 +121,9 @@ class NetworkSource:
                 continue
             self.stats.add(corrupt=int(data is not None), missing=int(data is None))
             bad[address].append(node)
+            if data is not None:
+                corrupt.add(address)
+        return True
 
     def _push_back(self, found: dict[bytes, bytes], bad: dict[bytes, list[Node]]) -> None:
         per_node: dict[str, tuple[Node, list[tuple[bytes, bytes]]]] = {}

@@ -1,8 +1,9 @@
 """One exception family for the swarm store.
 
 Each class says what it means to an API caller in ``http_status`` (a plain int: the store does not
-know DRF); backend/api/exception_handler.py reads it. "Cannot be served now" is 503, a caller's
-malformed input 400, a blob over its bound 413, the rest conflicts with the stored state: 409.
+know DRF); backend/api/exception_handler.py reads it. "Cannot be served now" is 503, a chunk every
+node asked says it does not hold 404, a caller's malformed input 400, a blob over its bound 413,
+the rest conflicts with the stored state: 409.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ class ChunkNotFound(SwarmError):
     def __init__(self, address: bytes, detail: str = "") -> None:
         super().__init__(f"chunk {address.hex()} not found{': ' + detail if detail else ''}")
         self.address = address
+
+
+class ChunkMissing(ChunkNotFound):
+    """Every node asked answered, and none holds the chunk: it is not in the store (a 404, where a
+    node that could not be asked leaves it possibly there: ChunkNotFound, a 503)."""
+
+    http_status = 404
 
 
 class CorruptChunk(SwarmError):

@@ -21,7 +21,8 @@ from backend.swarm.network import build_network
 from backend.swarm.peers import PeerDirectory, StaticPeerDirectory, parse_peers
 from backend.swarm.registry import LedgerPeerDirectory, Member, chain_members, mirrored_members
 from backend.swarm.replay import RATE_WINDOW_S, DatabaseNonceCache
-from backend.swarm.store import ChunkStore
+from backend.swarm.store import ChunkStore, StoreUsage
+from backend.telemetry.counters import swarm_transfer
 
 # The indexer's mirror stands in for the chain while it is at most this many blocks behind.
 MIRROR_MAX_LAG_BLOCKS = 5
@@ -47,10 +48,11 @@ def allow_private_peers(directory: PeerDirectory) -> bool:
 def registry_members() -> list[Member]:
     """The NodeRegistry's members: from the indexer's mirror when it is current, else the chain."""
     from backend.ledger import access as ledger_access  # late: the ledger is built on first use
+    from backend.ledger import factory as ledger_factory
 
     ledger = ledger_access.require_ledger()
     indexed = ledger_access.indexed_block(ledger)
-    lag = settings.DEFL_CONFIRMATIONS + MIRROR_MAX_LAG_BLOCKS
+    lag = ledger_factory.confirmations(ledger) + MIRROR_MAX_LAG_BLOCKS
     if indexed is not None and indexed >= ledger.deployment.block:
         if ledger.client.block_number() - indexed <= lag:
             return mirrored_members()
@@ -60,6 +62,12 @@ def registry_members() -> list[Member]:
 @lru_cache(maxsize=1)
 def local_store() -> ChunkStore:
     return ChunkStore(settings.DEFL_CHUNK_DIR, fsync=settings.DEFL_SWARM_FSYNC)
+
+
+def storage_usage() -> StoreUsage:
+    """This node's chunk store in numbers (chunks, bytes, pinned): read without building the
+    network, so a node without its key yet still reports it (the node overview)."""
+    return local_store().usage()
 
 
 @lru_cache(maxsize=1)
@@ -104,6 +112,7 @@ def node_swarm() -> Swarm:
         min_replicas=settings.DEFL_SWARM_MIN_REPLICAS,
         timeout_s=settings.DEFL_SWARM_TIMEOUT_S,
         allow_private=allow_private_peers(directory),
+        on_transfer=swarm_transfer,
     )
     return Swarm(store, network)
 

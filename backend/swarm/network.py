@@ -128,8 +128,11 @@ def build_network(
     min_replicas: int = 0,
     timeout_s: float = 30.0,
     allow_private: bool = False,
+    on_transfer: Callable[[str, int], None] | None = None,
 ) -> Network:
     """This node (its own store) plus a signed HTTP client for every other registered node.
+
+    ``on_transfer(direction, size)`` is told of the chunk bytes each client sends and receives.
 
     Endpoints from a directory that does not vouch for them (the chain's registry) are
     dialled only where endpoints.py allows: public addresses, unless ``allow_private``.
@@ -147,7 +150,7 @@ def build_network(
             if peer.address == signer.address:
                 me = Node(peer, local, local=True)
             elif peer.url:
-                node = known.get(peer) or _peer_node(peer, signer, private_ok, timeout_s)
+                node = known.get(peer) or _peer_node(peer, signer, private_ok, timeout_s, on_transfer)
                 if node is None:
                     continue
                 current[peer] = node
@@ -161,10 +164,21 @@ def build_network(
     return Network(membership(), replication=replication, min_replicas=min_replicas, membership=membership)
 
 
-def _peer_node(peer: Peer, signer: RequestSigner, allow_private: bool, timeout_s: float) -> Node | None:
+def _peer_node(
+    peer: Peer,
+    signer: RequestSigner,
+    allow_private: bool,
+    timeout_s: float,
+    on_transfer: Callable[[str, int], None] | None = None,
+) -> Node | None:
     try:
         client = PeerClient(
-            peer.url, signer, receiver=peer.address, allow_private=allow_private, timeout_s=timeout_s
+            peer.url,
+            signer,
+            receiver=peer.address,
+            allow_private=allow_private,
+            timeout_s=timeout_s,
+            on_transfer=on_transfer,
         )
     except EndpointRefused as exc:
         logger.warning("not dialling %s: %s", peer.address, exc)

@@ -19,7 +19,14 @@ logger = logging.getLogger(__name__)
 
 
 class RepairSchedule:
-    def __init__(self, run: Callable[[], object], interval_s: float, *, first_delay_s: float | None = None):
+    def __init__(
+        self,
+        run: Callable[[], object],
+        interval_s: float,
+        *,
+        first_delay_s: float | None = None,
+        on_report: Callable[[object | None], None] | None = None,
+    ):
         if interval_s <= 0:
             raise ValueError("the repair interval must be positive")
         self.run = run
@@ -28,17 +35,27 @@ class RepairSchedule:
         self.runs = 0
         self.failures = 0
         self.last_report: object = None
+        self.on_report = on_report  # told of each run's report (None: it failed): the node's metrics
 
     def run_once(self) -> None:
         try:
             self.last_report = self.run()
             logger.info("scheduled swarm repair: %s", self.last_report)
+            self._tell(self.last_report)
         except Exception:  # a peer or the chain away: next time
             self.failures += 1
             logger.exception("scheduled swarm repair failed")
+            self._tell(None)
         finally:
             self.runs += 1
             _close_database_connection()
+
+    def _tell(self, report: object | None) -> None:
+        if self.on_report is not None:
+            try:
+                self.on_report(report)
+            except Exception:  # counting must never stop the schedule
+                logger.exception("repair observer failed")
 
     def loop(self, stop: threading.Event) -> None:
         delay = self.first_delay_s
@@ -65,8 +82,10 @@ def start_repair_schedule(stop: threading.Event) -> threading.Thread | None:
     from django.conf import settings
 
     from backend.swarm import factory
+    from backend.telemetry.counters import repair_finished
 
     interval = float(getattr(settings, "DEFL_SWARM_REPAIR_INTERVAL_S", 0))
     if interval <= 0:
         return None
-    return RepairSchedule(lambda: factory.node_swarm().repair(None), interval).start(stop)
+    schedule = RepairSchedule(lambda: factory.node_swarm().repair(None), interval, on_report=repair_finished)
+    return schedule.start(stop)

@@ -284,6 +284,25 @@ class ChunkStore:
                     if len(f.name) == 2 * ADDRESS_SIZE:
                         yield bytes.fromhex(f.name)
 
+    def indexed(self) -> list[bytes]:
+        """Every address the index records (held now, or held before the files were lost)."""
+        with self._db() as db:
+            return [bytes(row[0]) for row in db.execute("SELECT address FROM chunks ORDER BY address")]
+
+    def missing(self) -> list[bytes]:
+        """Indexed addresses whose file is not here (a restored index without its chunks)."""
+        return [a for a in self.indexed() if not self.path(a).exists()]
+
+    def backup_index(self, target: Path) -> None:
+        """A consistent copy of the index (SQLite's online backup), while the node runs."""
+        source = sqlite3.connect(self.root / "index.sqlite3", timeout=INDEX_LOCK_TIMEOUT_S)
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+
     def delete(self, address: bytes) -> None:
         self.path(address).unlink(missing_ok=True)
         with self._db() as db:

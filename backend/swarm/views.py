@@ -10,8 +10,10 @@ handler (backend/api/exception_handler.py), which maps the SwarmError family to 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import BinaryIO, cast
 
 from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
@@ -23,6 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from backend.api.permissions import OperatorWrites
+from backend.api.schema import errors
 from backend.api.uploads import BoundedMemoryUploadHandler
 from backend.peers.guard import peer_signed
 from backend.swarm import factory
@@ -143,7 +146,8 @@ _REFERENCE = OpenApiParameter(
     "reference",
     OpenApiTypes.STR,
     OpenApiParameter.PATH,
-    description="64 hex characters, or 128 for an encrypted blob (address and key)",
+    description="64 hex characters, or 128 for an encrypted blob (address and key); another is a 400",
+    pattern="^(0x)?([0-9a-fA-F]{64}|[0-9a-fA-F]{128})$",
 )
 _BINARY = {"application/octet-stream": OpenApiTypes.BINARY}
 
@@ -156,8 +160,26 @@ class _Counter:
         self.done = done
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").lower() in {"1", "true", "yes", "on"}
+_FLAGS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter: absent is false; a value that is not a boolean is a 400."""
+    value = request.query_params.get(name)
+    if value is None:
+        return False
+    if value.lower() not in _FLAGS:
+        raise ValidationError({name: ["must be true or false"]})
+    return _FLAGS[value.lower()]
 
 
 def _upload_length(request: Request) -> int:
@@ -201,6 +223,7 @@ class UploadView(APIView):
 
     permission_classes = [OperatorWrites]
     parser_classes = [MultiPartParser, FileUploadParser]
+    request_body_required = True  # the schema says so: an upload without a body is a 411 or a 400
 
     def initial(self, request: Request, *args: object, **kwargs: object) -> None:
         super().initial(request, *args, **kwargs)  # authentication and permissions first
@@ -217,17 +240,25 @@ class UploadView(APIView):
             OpenApiParameter("encrypt", OpenApiTypes.BOOL, description="store an encrypted blob"),
             OpenApiParameter("pin", OpenApiTypes.BOOL, description="keep a full copy on this node"),
         ],
-        responses={201: UploadResponseSerializer},
+        responses={201: UploadResponseSerializer, **errors(411, 503)},
     )
     def post(self, request: Request) -> Response:
-        encrypt = _truthy(request.query_params.get("encrypt"))
-        pin = _truthy(request.query_params.get("pin"))
-        _upload_length(request)
+        encrypt = _flag(request, "encrypt")
+        pin = _flag(request, "pin")
+        if _upload_length(request) == 0:
+            raise ValidationError({"file": ["empty upload"]})
         if request.content_type.startswith("multipart/"):
             upload = request.data.get("file")
             if upload is None:
                 raise ValidationError({"file": ["a multipart upload needs a 'file' part"]})
-            stream = upload
+            # A part without a filename arrives as text: an upload is bytes, never a name of
+            # anything on this node.
+            if not isinstance(upload, UploadedFile):
+                raise ValidationError({"file": ["the 'file' part must be a file (a part with a filename)"]})
+            if upload.size == 0:
+                raise ValidationError({"file": ["empty upload"]})
+            # An UploadedFile reads like a binary file (read(n) -> bytes); the stubs do not say so.
+            stream = cast(BinaryIO, upload)
         else:
             # Never parse the raw body: the pipeline reads the socket stream chunk by chunk.
             stream = request.stream
@@ -250,7 +281,8 @@ class DownloadView(APIView):
     @extend_schema(
         parameters=[_REFERENCE],
         responses={
-            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the blob")
+            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the blob"),
+            **errors(413, 503),
         },
     )
     def get(self, request: Request, reference: str) -> StreamingHttpResponse:
@@ -278,7 +310,7 @@ class StatView(APIView):
 
     permission_classes = [OperatorWrites]
 
-    @extend_schema(parameters=[_REFERENCE], responses=BlobStatSerializer)
+    @extend_schema(parameters=[_REFERENCE], responses={200: BlobStatSerializer, **errors(413, 503)})
     def get(self, request: Request, reference: str) -> Response:
         limit = settings.DEFL_SWARM_MAX_BLOB_BYTES
         stat = factory.node_swarm().stat(_parse_ref(reference), max_bytes=limit)

@@ -13,15 +13,20 @@ All of it is read from the chain's mirror and this node's tables: nothing here w
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
+from backend.datasets.models import Dataset as LocalDataset
 from backend.jobs.models import JobRecord, Membership, RoundMetric
+from backend.ledger import access as ledger_access
 from backend.ledger import models as mirror
-from backend.limits import MICRO_EPSILON
 from backend.nodes import overview as node_overview
 from backend.serving.models import GlobalModel
+from fl_node.job.limits import MICRO_EPSILON
 
-ACTIVE_JOBS = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
+logger = logging.getLogger(__name__)
+ACTIVE_JOBS = (mirror.Job.Status.OPEN, mirror.Job.Status.DRAWING, mirror.Job.Status.RUNNING)
 LAG_WARNING_BLOCKS = 20
 BUDGET_WARNING_SHARE = 0.9
 
@@ -43,7 +48,12 @@ def job_phase(job: mirror.Job) -> str:
     return latest.status
 
 
-def _job_row(job: mirror.Job, me: str | None, names: dict[int, str]) -> dict:
+def member_names() -> dict[str, str]:
+    """Every registered node's name by its address (lower-case): how the pages name a node."""
+    return {address.lower(): name for address, name in mirror.Node.objects.values_list("address", "name")}
+
+
+def _job_row(job: mirror.Job, me: str | None, names: dict[int, str], nodes: dict[str, str]) -> dict:
     metric = RoundMetric.objects.filter(node=me, job_id=job.job_id).order_by("-round").first() if me else None
     joined = Membership.objects.filter(node=me, job_id=job.job_id).first() if me else None
     return {
@@ -56,6 +66,7 @@ def _job_row(job: mirror.Job, me: str | None, names: dict[int, str]) -> dict:
         "participants": job.participants.count(),
         "needed": job.committee_size + job.min_trainers,
         "proposer": job.proposer,
+        "proposer_name": nodes.get(job.proposer.lower(), ""),
         "mine": bool(me and job.proposer.lower() == me.lower()),
         "joined": joined is not None,
         "prepared": bool(joined and joined.prepared_at),
@@ -77,6 +88,7 @@ def overview() -> dict:
     storage = node_overview.storage_status()
     jobs = list(mirror.Job.objects.filter(status__in=ACTIVE_JOBS).order_by("-job_id")[:50])
     names = _job_names(job.job_id for job in jobs)
+    nodes = member_names()
     swarm = _swarm_nodes()
     warnings = _warnings(me, chain, storage, swarm)
     node = {
@@ -91,7 +103,7 @@ def overview() -> dict:
     return {
         "address": me,
         "node": node,
-        "jobs": [_job_row(job, me, names) for job in jobs],
+        "jobs": [_job_row(job, me, names, nodes) for job in jobs],
         "chain": {key: chain.get(key) for key in ("available", "block", "indexed_block", "lag", "error")},
         "storage": storage,
         "replication": swarm,
@@ -146,16 +158,22 @@ def _warnings(me: str | None, chain: dict, storage: dict, swarm: dict) -> list[d
             "rejected-events",
             f"The indexer rejected {rejected} chain event(s) it could not mirror; see the events list.",
         )
+    local_names = dict(LocalDataset.objects.exclude(onchain_id="").values_list("onchain_id", "name"))
     for dataset in mirror.Dataset.objects.filter(owner__iexact=me or "")[:200]:
         if dataset.privacy_cap and dataset.privacy_spent >= BUDGET_WARNING_SHARE * dataset.privacy_cap:
+            name = local_names.get(str(dataset.dataset_id))
+            label = f'"{name}" (#{dataset.dataset_id})' if name else f"#{dataset.dataset_id}"
             warn(
                 "budget",
-                f"Dataset {dataset.dataset_id} has spent ε {_epsilon(dataset.privacy_spent):.2f} of its "
+                f"Dataset {label} has spent ε {_epsilon(dataset.privacy_spent):.2f} of its "
                 f"cap {_epsilon(dataset.privacy_cap):.2f}: new jobs cannot use it much longer.",
             )
-    failed = mirror.Job.objects.filter(status=mirror.Job.Status.FAILED).order_by("-job_id")[:3]
+    failed = list(mirror.Job.objects.filter(status=mirror.Job.Status.FAILED).order_by("-job_id")[:3])
+    job_names = _job_names(job.job_id for job in failed)
     for job in failed:
-        warn("job-failed", f"Job {job.job_id} failed: a round got too few updates.", "info")
+        name = job_names.get(job.job_id)
+        label = f'"{name}" (#{job.job_id})' if name else f"#{job.job_id}"
+        warn("job-failed", f"Job {label} failed: a round got too few updates.", "info")
     return out
 
 
@@ -166,11 +184,34 @@ def _rejected_events() -> int:
     return rejected.objects.count() if rejected is not None else 0
 
 
+def allows_small_committees() -> bool | None:
+    """Whether the deployment takes committees of 1, 2 or an even size (a development chain), read
+    once per deployment; None while the chain cannot say (the job form then assumes it does not)."""
+    ledger = ledger_access.node_ledger()
+    if ledger is None:
+        return None
+    key = ledger.deployment.addresses.get("FederatedLearning", "")
+    if key not in _SMALL_COMMITTEES:
+        try:
+            _SMALL_COMMITTEES[key] = ledger.fl.allow_small_committees()
+        except Exception as exc:  # the chain unreachable: unknown now, asked again next time
+            logger.warning("allowSmallCommittees unreadable: %r", exc)
+            return None
+    return _SMALL_COMMITTEES[key]
+
+
+# FederatedLearning address -> its immutable allowSmallCommittees (a process-wide memo of chain
+# data that never changes for a deployment).
+_SMALL_COMMITTEES: dict[str, bool] = {}
+
+
 def join_candidates() -> dict:
-    """Every member and the datasets it may join with (its own and those granted to it)."""
+    """Every member and the datasets it may join with (its own and those granted to it), and
+    whether the deployment takes small committees: the job form fits its defaults to both."""
     me = node_overview.identity()["address"]
     members = list(mirror.Node.objects.filter(status=mirror.Node.Status.MEMBER).order_by("name"))
     datasets = list(mirror.Dataset.objects.all()[:5000])
+    local_names = dict(LocalDataset.objects.exclude(onchain_id="").values_list("onchain_id", "name"))
     granted: dict[str, set[int]] = {}
     for grant in mirror.Grant.objects.filter(active=True).select_related("dataset")[:20000]:
         granted.setdefault(grant.grantee.lower(), set()).add(grant.dataset.dataset_id)
@@ -180,8 +221,12 @@ def join_candidates() -> dict:
         usable = [
             {
                 "id": d.dataset_id,
+                "name": local_names.get(str(d.dataset_id), "")
+                if d.owner.lower() == (me or "").lower()
+                else "",
                 "owned": d.owner.lower() == address,
                 "samples": d.samples,
+                "schema_hash": d.schema_hash,
                 "epsilon_cap": _epsilon(d.privacy_cap),
                 "epsilon_left": _epsilon(max(d.privacy_cap - d.privacy_spent, 0)),
             }
@@ -196,7 +241,7 @@ def join_candidates() -> dict:
                 "datasets": usable,
             }
         )
-    return {"address": me, "members": rows}
+    return {"address": me, "members": rows, "allow_small_committees": allows_small_committees()}
 
 
 def granted_datasets() -> list[dict]:

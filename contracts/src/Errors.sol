@@ -43,14 +43,17 @@ error AggregationNotOverdue(uint64 deadline, uint64 current);
 error NotCommitted(address member); // a reveal without a commitment this round
 error RevealNotOpen(uint256 jobId); // members may still commit
 error CommitmentMismatch(address member); // the revealed scores are not the committed ones
-error ProposalMismatch(bytes32 modelHash);
-error ProposalExists(bytes32 modelHash);
 error InvalidReference(uint256 length);
 error InvalidUpdate(string reason);
 error SamplesAboveDataset(uint64 samples, uint64 registered);
 error SpendMissing(uint256 jobId, uint16 round, address trainer);
 error SpendOutOfBounds(uint256 jobId, uint64 amount, uint64 bound);
 error TooManySpends(uint256 jobId, uint16 round, address participant);
+error DrawNotOpen(uint256 jobId); // no committee draw is waiting for reveals
+error DrawSecretMismatch(address account); // the revealed secret is not the one committed at join
+error AlreadyRevealed(address account);
+error NotDrawn(address account); // a participant that did not reveal its draw secret in time
+error DrawNotOverdue(uint64 deadline, uint64 current);
 
 // --- datasets (DataRegistry) ---
 error UnknownDataset(uint256 datasetId);
@@ -59,7 +62,13 @@ error NotGranted(uint256 datasetId, address account);
 error DatasetNotUsable(uint256 datasetId, address account);
 error PrivacyBudgetExceeded(uint256 datasetId, uint64 spent, uint64 requested, uint64 cap);
 error InvalidDataset(string reason);
-error DuplicateDataset(bytes32 contentHash, uint256 existingId);
+error DuplicateDataset(bytes32 commitment, uint256 existingId);
+error GrantRevoked(uint256 datasetId, address grantee);
+
+// --- carrying a predecessor's state over (NodeRegistry and DataRegistry of a new version) ---
+error ImportOpen(); // the registry still imports its predecessor's state: the members have not confirmed it
+error ImportNotOpen(); // no import is open (none was, or the members closed it)
+error ImportIncomplete(string what); // "members" or "datasets" of the predecessor are not all carried yet
 
 // --- wiring (set once at deployment) ---
 error Unauthorized(address account);

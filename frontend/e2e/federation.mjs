@@ -101,7 +101,7 @@ async function createJob(page, name, dataset, { expectMembers = nodes.length } =
   await page.locator('input[data-test=job-name]').fill(name)
   await chooseOption(page, 'Model', config.model.toUpperCase() === 'MLP' ? 'MLP' : config.model)
   await chooseOption(page, 'Dataset this node brings', dataset.name)
-  await chooseOption(page, 'Strategy / defense', { fedavg: 'FedAvg', median: 'median', trimmed_mean: 'Trimmed', krum: 'Krum' }[config.strategy] || config.strategy)
+  await chooseOption(page, 'Aggregation strategy', { fedavg: 'FedAvg', median: 'median', trimmed_mean: 'Trimmed', krum: 'Krum' }[config.strategy] || config.strategy)
   await fillNumber(page, 'Rounds', config.rounds)
   await fillNumber(page, 'Batch size', config.batchSize)
   await fillNumber(page, 'Learning rate', config.lr)
@@ -119,7 +119,7 @@ async function createJob(page, name, dataset, { expectMembers = nodes.length } =
   if (await error.count()) throw new Error(`the job was refused: ${await error.innerText()}`)
   await settled(page, '[data-test=job-page]')
   // Creating the job also joined it with the chosen dataset.
-  await page.locator('[data-test=job-summary]', { hasText: `joined with dataset ${dataset.id}` }).waitFor({ timeout: 60000 })
+  await page.locator('[data-test=joined-dataset]', { hasText: dataset.name }).waitFor({ timeout: 60000 })
   check(failures, !(await page.locator('[data-test=join-form]').count()), 'the proposer is asked to join its own job again')
   return new URL(page.url()).pathname
 }

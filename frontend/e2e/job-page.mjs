@@ -32,6 +32,7 @@ const routes = {
     return { node: '0xb0b0000000000000000000000000000000000002', revoked: '2026-11-29T11:00:00Z' }
   },
   'GET /api/dashboard/join-candidates': () => candidates,
+  'GET /api/jobs/limits': () => ({ max_upload_bytes: 128 * 1024 * 1024, max_epsilon_cap: 100, max_target_epsilon: 100, max_committee: 15, max_participants: 200 }),
   'GET /api/dashboard/granted-datasets': () => grantedToMe,
   'GET /api/dashboard/models': () => models,
   // the health banner's poll
@@ -66,7 +67,7 @@ try {
   current = 'job page'
   await settled(page, '[data-test=job-page]')
   await page.evaluate(() => (window.__deflNotReloaded = true))
-  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, 'the main menu does not show its five pages')
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 6, 'the main menu does not show its six sections (an operator has Users)')
   check(failures, (await page.locator('[data-test=job-epsilon-max]').innerText()).includes('2.310'), "the job's maximum ε is not shown")
   check(failures, (await page.locator('[data-test=participants-table] [data-test=participant-epsilon]').allInnerTexts()).join(' ').startsWith('2.250 2.310 2.200'), "the participants' ε are not shown")
   check(failures, (await page.locator('[data-test=cancel-job]').count()) === 1, 'the proposer is not offered Cancel')
@@ -82,6 +83,17 @@ try {
   check(failures, (await page.locator('[data-test=round-3] [data-test=update-accepted]').count()) === 2, 'round 3 should show 2 accepted updates')
   check(failures, (await page.locator('[data-test=round-3] tr.rejected-row').count()) === 1, 'round 3 should highlight 1 rejected update')
   check(failures, (await page.locator('[data-test=round-3] [data-test=round-transactions]').innerText()).includes('finalizeRound'), 'round 3 lacks its finalizeRound transaction')
+  // Every decision with its reason, in percentages, nodes by name (the address on hover).
+  check(failures, (await page.locator('[data-test=round-3] [data-test=base-median]').innerText()) === '77.0%', "round 3 does not show the base model's score")
+  check(failures, (await page.locator('[data-test=round-3] [data-test=threshold]').innerText()) === '77.5%', 'round 3 does not show what an update had to beat')
+  const reasons = await page.locator('[data-test=round-3] [data-test=update-reason]').allInnerTexts()
+  check(failures, reasons.some((reason) => reason.includes("did not beat the base model's 77.0%")), `the rejected update's reason is missing: ${reasons.join(' | ')}`)
+  const trainers = await page.locator('[data-test=round-3] [data-test=updates-table] [data-test=node-name]').allInnerTexts()
+  check(failures, trainers.includes('org-c'), `the trainers are not named: ${trainers.join(', ')}`)
+  check(failures, !(await page.locator('[data-test=round-3] [data-test=updates-table]').innerText()).includes('0xc4a1'), 'an address shows where a name is known')
+  check(failures, (await page.locator('[data-test=round-3] [data-test=round-gas]').innerText()).includes('431,000 gas'), "round 3's gas is not shown")
+  check(failures, (await page.locator('[data-test=job-gas-total]').innerText()) === '2,345,678', "the job's total gas is not shown")
+  check(failures, (await page.locator('[data-test=joined-dataset]').innerText()) === 'clinic-a #1', 'the joined dataset is not named with its id')
   await page.waitForTimeout(400)
   await shots.shot(page, 'mocked-job')
 
@@ -138,7 +150,13 @@ try {
   await page.waitForTimeout(400)
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
   check(failures, overflow <= 1, `the job page is ${overflow} px wider than a phone`)
-  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 5, 'the phone menu hides sections')
+  // The decision is on screen beside the trainer, and the table says it scrolls for the rest.
+  const hint = page.locator('.scroll-hint:visible').first()
+  await hint.waitFor({ timeout: 10000 }).catch(() => {})
+  check(failures, (await page.locator('.scroll-hint:visible').count()) > 0, 'a round table does not say it scrolls on a phone')
+  const decisionBox = await page.locator('[data-test=updates-table] :is([data-test=update-accepted], [data-test=update-rejected], [data-test=update-pending]):visible').first().boundingBox()
+  check(failures, decisionBox && decisionBox.x + decisionBox.width <= 390, 'the decision column is off-screen on a phone')
+  check(failures, (await page.locator('nav[aria-label=Main] a:visible').count()) === 6, 'the phone menu hides sections')
   await shots.shot(page, 'mocked-job-phone')
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)

@@ -16,6 +16,8 @@ export const routes = [
   { path: '/jobs/:id', name: 'job', component: () => import('./pages/JobPage.vue'), props: true, meta: { title: 'Job' } },
   { path: '/models', name: 'models', component: () => import('./pages/ModelsPage.vue'), meta: { title: 'Models' } },
   { path: '/cluster', name: 'cluster', component: () => import('./pages/ClusterPage.vue'), meta: { title: 'Cluster' } },
+  { path: '/account', name: 'account', component: () => import('./pages/AccountPage.vue'), meta: { title: 'Your account' } },
+  { path: '/users', name: 'users', component: () => import('./pages/UsersPage.vue'), meta: { title: 'Users', action: 'users:manage' } },
   { path: '/:rest(.*)*', name: 'not-found', component: () => import('./pages/NotFoundPage.vue'), meta: { title: 'Not found' } },
 ]
 

@@ -4,7 +4,7 @@ import { settle } from './helpers.js'
 
 vi.mock('../src/lib/api.js', async (importOriginal) => {
   const actual = await importOriginal()
-  return { ...actual, api: { uploadDataset: vi.fn() } }
+  return { ...actual, api: { uploadDataset: vi.fn(), jobLimits: vi.fn(async () => ({ max_upload_bytes: 1000, max_epsilon_cap: 100 })) } }
 })
 
 import DatasetUploadForm from '../src/components/datasets/DatasetUploadForm.vue'
@@ -22,6 +22,36 @@ async function fillAndSubmit(wrapper, { file = new File(['a,b,label\n1,2,0\n'], 
 }
 
 describe('DatasetUploadForm', () => {
+  it('says what the file must look like and the node\'s bounds before anything is sent', async () => {
+    const wrapper = mount(DatasetUploadForm, { attachTo: document.body })
+    await settle()
+    const help = wrapper.find('[data-test=upload-help]').text()
+    expect(help).toContain('a header row naming the columns')
+    expect(help).toContain('1/(10·n)')
+    expect(wrapper.find('[data-test=upload-max-cap]').text()).toBe('100')
+    expect(wrapper.find('[data-test=upload-max-size]').text()).toBe('1000 B')
+    wrapper.unmount()
+  })
+
+  it('refuses a file over the node\'s limit before uploading it', async () => {
+    const wrapper = mount(DatasetUploadForm, { attachTo: document.body })
+    await settle()
+    await fillAndSubmit(wrapper, { file: new File(['x'.repeat(2000)], 'big.csv', { type: 'text/csv' }) })
+    expect(api.uploadDataset).not.toHaveBeenCalled()
+    expect(errorIn(wrapper, 'file').text()).toContain('at most 1000 B')
+    wrapper.unmount()
+  })
+
+  it('counts a CSV\'s records and holds δ to 1/(10·n) for them', async () => {
+    const wrapper = mount(DatasetUploadForm, { attachTo: document.body })
+    await settle()
+    const rows = ['a,label', ...Array.from({ length: 50 }, (_, i) => `${i},${i % 2}`)].join('\n')
+    await fillAndSubmit(wrapper, { file: new File([rows], 'small.csv', { type: 'text/csv' }) })
+    await settle()
+    expect(wrapper.find('[data-test=upload-delta-rule]').text()).toBe('50 records: δ at most 2e-3')
+    wrapper.unmount()
+  })
+
   beforeEach(() => {
     api.uploadDataset.mockReset()
   })

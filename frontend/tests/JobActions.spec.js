@@ -1,6 +1,7 @@
 import { describe, it, expect } from 'vitest'
 import { mount } from '@vue/test-utils'
 import JobActions from '../src/components/jobs/JobActions.vue'
+import { isActiveJob } from '../src/lib/jobOptions.js'
 
 const ME = '0xA11ce00000000000000000000000000000000001'
 const OTHER = '0xb0b0000000000000000000000000000000000002'
@@ -37,5 +38,12 @@ describe('job actions', () => {
   it('keeps Start and Cancel hidden while this node\'s address is unknown', () => {
     const wrapper = mount(JobActions, { props: { job: job({ participants: [{}, {}, {}] }), me: null } })
     expect(has(wrapper, 'start-job') || has(wrapper, 'cancel-job')).toBe(false)
+  })
+
+  it('keeps a drawing job live and cancellable: started, its committee not drawn yet', () => {
+    expect(isActiveJob({ status: 'drawing' })).toBe(true)
+    const wrapper = mount(JobActions, { props: { job: job({ status: 'drawing' }), me: ME } })
+    expect(has(wrapper, 'cancel-job')).toBe(true)
+    expect(has(wrapper, 'start-job') || has(wrapper, 'join-form')).toBe(false)
   })
 })

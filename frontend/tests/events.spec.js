@@ -11,6 +11,16 @@ describe('chain events in human units', () => {
     expect(text).not.toContain('wrappedKey')
     expect(text).toContain('0xabab…abab')
   })
+
+  it('shows a base score as a percentage, a deadline as a local date and a node by its name', () => {
+    expect(formatArg('baseScore', 7364)).toBe('73.6%')
+    expect(formatArg('medians', [7670, 7210])).toBe('76.7% 72.1%')
+    const deadline = Math.floor(Date.now() / 1000) + 180
+    expect(formatArg('updateDeadline', deadline)).toContain('(in 3 minutes)')
+    expect(formatArg('updateDeadline', deadline)).not.toContain(String(deadline))
+    const address = '0x' + 'cd'.repeat(20)
+    expect(describeArgs({ trainer: address }, { [address]: 'org-b' })).toBe('trainer org-b')
+  })
 })
 
 describe('round phase', () => {

@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest'
-import { DEFAULT_COMMITTEE, checkJobPlan, fittingDefaults, joinableMembers } from '../src/lib/jobPlan.js'
+import { DEFAULT_COMMITTEE, checkJobPlan, fittingDefaults, formatDelta, joinableMembers, parseDelta, suggestedDelta } from '../src/lib/jobPlan.js'
 
 const member = (name, left, self = false) => ({ address: `0x${name}`, name, self, datasets: left == null ? [] : [{ id: 1, epsilon_left: left }] })
 const threeNodes = { address: '0xa', members: [member('a', 10, true), member('b', 10), member('c', 10)] }
@@ -12,6 +12,38 @@ describe('job plan', () => {
     expect(plan.needed).toBe(4)
     expect(plan.problems.map((p) => p.field)).toEqual(['min_trainers', 'top_k'])
     expect(plan.problems[0].message).toContain('only 3 member(s) can join')
+    expect(plan.problems[0].message).toContain('At most 1 minimum trainers')
+  })
+
+  it('counts only members with a dataset of the chosen dataset\'s schema', () => {
+    const withSchema = (name, schema) => ({ address: `0x${name}`, name, datasets: [{ id: 1, schema_hash: `0x${schema}`, epsilon_left: 10 }] })
+    const federation = { members: [withSchema('a', 'aa'), withSchema('b', 'bb'), withSchema('c', 'AA')] }
+    expect(joinableMembers(federation, 3, 'aa').map((m) => m.name)).toEqual(['a', 'c'])
+    expect(joinableMembers(federation, 3).map((m) => m.name)).toEqual(['a', 'b', 'c'])
+  })
+
+  it('refuses a δ above 1/(10·n) of the chosen dataset, beside δ', () => {
+    const dataset = { name: 'census', num_samples: 200_000, schema_hash: null }
+    const plan = checkJobPlan(form({ dp: { mode: 'sgd', target_epsilon: 3, delta: 1e-5 } }), threeNodes, 10, dataset)
+    expect(plan.problems[0]).toMatchObject({ field: 'dp.delta' })
+    expect(plan.problems[0].message).toContain('5e-7')
+  })
+
+  it('writes and reads δ in scientific notation', () => {
+    expect(formatDelta(1e-7)).toBe('1e-7')
+    expect(formatDelta(1.25e-5)).toBe('1.25e-5')
+    expect(parseDelta('1e-7')).toBe(1e-7)
+    expect(parseDelta(' 0.00001 ')).toBe(1e-5)
+    expect(parseDelta('1E-6')).toBe(1e-6)
+    expect(Number.isNaN(parseDelta('ten'))).toBe(true)
+    expect(suggestedDelta(600)).toBe(1e-5)
+    expect(suggestedDelta(150_000)).toBe(5e-7)
+    expect(suggestedDelta(2_000_000)).toBe(5e-8)
+  })
+
+  it('refuses an even or small committee where the deployment says it is production', () => {
+    const production = { ...threeNodes, allow_small_committees: false }
+    expect(checkJobPlan(form({ committee_size: 1, min_trainers: 2 }), production, 10).problems[0]).toMatchObject({ field: 'committee_size' })
   })
 
   it('accepts a plan the federation can start', () => {
@@ -42,6 +74,8 @@ describe('job plan', () => {
     expect(fittingDefaults({ members: [...five.members, member('f', 1)] }, 3)).toEqual({ committee_size: 3, min_trainers: 2, top_k: 2 })
     // three members cannot seat a committee of 3 and still train: no suggestion, the plan says why
     expect(fittingDefaults(threeNodes, 3)).toBeNull()
-    expect(checkJobPlan(form({ committee_size: 3 }), threeNodes, 10).problems.map((p) => p.field)).toEqual(['min_trainers', 'committee_size'])
+    expect(checkJobPlan(form({ committee_size: 3 }), threeNodes, 10).problems.map((p) => p.field)).toEqual(['committee_size'])
+    // a development deployment (the demo's three nodes): a committee of 1 and two trainers
+    expect(fittingDefaults({ ...threeNodes, allow_small_committees: true }, 3)).toEqual({ committee_size: 1, min_trainers: 2, top_k: 2 })
   })
 })

@@ -45,6 +45,7 @@ def has_function(contract: str, function: str) -> bool:
 def encode_raw(contract: str, function: str, **given: Any) -> bytes:
     """Calldata by argument name; arguments not given are zero (the signature may grow)."""
     fn = _abi_item(contract, "function", function)
+    _known(fn, given, f"{contract}.{function}")
     args = [given[i["name"]] if i["name"] in given else _zero(i) for i in fn["inputs"]]
     types = get_abi_input_types(fn)
     return function_abi_to_4byte_selector(fn) + abi_encode(_as_bytes_types(types, args), args)
@@ -104,7 +105,16 @@ def event_args(contract: str, event: str, **given: Any) -> dict[str, Any]:
     """Arguments for ``event``: ``given`` ones, zero values of the right type for the rest (so a
     crafted log follows the event's current signature even when a contract adds arguments)."""
     item = _abi_item(contract, "event", event)
+    _known(item, given, f"{contract}.{event}")
     return {i["name"]: given[i["name"]] if i["name"] in given else _zero(i) for i in item["inputs"]}
+
+
+def _known(item: dict[str, Any], given: dict[str, Any], what: str) -> None:
+    """A name the ABI does not have is an error, never a zero sent in its place (a renamed argument
+    would otherwise make a call revert for another reason than the one a test means to show)."""
+    unknown = set(given) - {i["name"] for i in item["inputs"]}
+    if unknown:
+        raise TypeError(f"{what} has no argument {', '.join(sorted(unknown))}")
 
 
 def _zero(item: dict[str, Any]) -> Any:
@@ -153,3 +163,29 @@ def emit_as(w3: Web3, account: LocalAccount, log: dict[str, Any]) -> dict:
         w3.provider.make_request("anvil_setCode", [address, "0x" + bytes(original).hex()])
     assert receipt["status"] == 1 and len(receipt["logs"]) == 1, receipt
     return receipt
+
+
+# ----------------------------------------------------------------------------- anvil's clock and state
+
+
+def snapshot(w3: Web3) -> str:
+    """anvil's evm_snapshot: the chain's whole state (blocks, balances, its clock) kept under an id."""
+    return str(w3.provider.make_request("evm_snapshot", [])["result"])
+
+
+def revert(w3: Web3, snapshot_id: str) -> None:
+    """Back to ``snapshot_id`` (which is used up): every block after it is gone, its clock too."""
+    assert w3.provider.make_request("evm_revert", [snapshot_id])["result"] is True, snapshot_id
+
+
+def mine(w3: Web3, blocks: int, interval_s: int = 12) -> None:
+    """``blocks`` empty blocks, ``interval_s`` apart: another block number, timestamp and
+    prevrandao for whatever is sent next."""
+    if blocks:
+        w3.provider.make_request("anvil_mine", [hex(blocks), hex(interval_s)])
+
+
+def increase_time(w3: Web3, seconds: int) -> None:
+    """The chain's clock ``seconds`` ahead, and a block mined at that time."""
+    w3.provider.make_request("evm_increaseTime", [int(seconds)])
+    w3.provider.make_request("evm_mine", [])

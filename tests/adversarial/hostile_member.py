@@ -11,11 +11,12 @@ hijacked proposal) can be added as methods next to the ones here.
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +25,10 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from backend.ledger.contracts import score_commitment
+from backend.ledger.contracts import draw_commitment, score_commitment
 from backend.ledger.errors import decode_revert
 from backend.ledger.resources import Deployment, JobSpec
-from backend.peers.signing import RequestSigner
+from backend.peers.signing import HEADER_ADDRESS, RequestSigner
 from backend.swarm.client import PUSH_PATH, PeerClient
 from backend.swarm.errors import ChunkNotFound, SwarmError
 from backend.swarm.joiner import join
@@ -39,6 +40,7 @@ from tests.adversarial.hostile_chain import RAW_GAS, encode_raw, send_raw
 
 MiB = 1 << 20
 BRANCHES = MiB // 32  # references in one full intermediate chunk (unencrypted)
+KEY_PATH = "/api/jobs/peer/update-key"  # backend.jobs.sealed.key_requests.KEY_PATH
 
 Chunk = tuple[bytes, bytes]
 
@@ -96,6 +98,8 @@ class HostileMember:
     deployment: Deployment
     account: LocalAccount = field(default_factory=Account.create)
     sent: list[dict[str, Any]] = field(default_factory=list)  # every receipt, for the report
+    # job -> the draw secret committed at join (a fresh random one each: this party keeps it)
+    draw_secrets: dict[int, bytes] = field(default_factory=dict)
     # one sender at a time: threads of one party would otherwise pick the same nonce
     _sending: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -152,26 +156,59 @@ class HostileMember:
             overlay=overlay_of(self.address),
         )
 
-    def register_dataset(self, samples: int, privacy_cap: int = 50_000_000) -> int:
+    def register_dataset(
+        self,
+        samples: int,
+        privacy_cap: int = 50_000_000,
+        *,
+        schema_hash: bytes | str | None = None,
+        disjoint: bool = True,
+    ) -> int:
+        """A dataset of nothing (random commitment and reference) claiming ``samples``, of
+        ``schema_hash`` (an honest dataset's, so that it counts among those a job of that schema can
+        take; random by default); declared disjoint by default (a budget source of its own)."""
+        if isinstance(schema_hash, str):
+            schema_hash = bytes.fromhex(schema_hash.removeprefix("0x"))
         receipt = self.call(
             "DataRegistry",
             "registerDataset",
-            contentHash=os.urandom(32),
+            commitment=os.urandom(32),
             swarmRef=os.urandom(32),
-            schemaHash=os.urandom(32),
+            schemaHash=schema_hash or os.urandom(32),
             samples=samples,
             privacyCap=privacy_cap,
+            disjoint=disjoint,
         )
         assert receipt["status"] == 1, receipt
         # DatasetRegistered(uint256 indexed datasetId, ...): the id is the first indexed topic
         log = next(entry for entry in receipt["logs"] if len(entry["topics"]) > 1)
         return int.from_bytes(bytes(log["topics"][1]), "big")
 
-    def join(self, job_id: int, dataset_id: int) -> dict:
-        return self.call("FederatedLearning", "join", jobId=job_id, datasetId=dataset_id)
+    def join(self, job_id: int, dataset_id: int, secret: bytes | None = None) -> dict:
+        """Join committing to a draw secret (a fresh random one unless given), kept for the reveal."""
+        secret = os.urandom(32) if secret is None else secret
+        self.draw_secrets[job_id] = secret
+        commitment = draw_commitment(job_id, self.address, secret)
+        return self.call(
+            "FederatedLearning", "join", jobId=job_id, datasetId=dataset_id, drawCommitment=commitment
+        )
 
-    def spend(self, job_id: int, round_: int, amount: int) -> dict:
-        return self.call("FederatedLearning", "spendPrivacy", jobId=job_id, round=round_, amount=amount)
+    def reveal_draw(self, job_id: int, secret: bytes | None = None) -> dict:
+        """revealDrawSecret with the secret committed at join (or ``secret``, to show a wrong one)."""
+        secret = self.draw_secrets[job_id] if secret is None else secret
+        return self.call("FederatedLearning", "revealDrawSecret", jobId=job_id, secret=secret)
+
+    def spend(self, job_id: int, round_: int, amount: int, *, kind: int = 0, steps: int = 0) -> dict:
+        """spendPrivacy: ``kind`` 0 an update, 1 committee scores, 2 a withheld update."""
+        return self.call(
+            "FederatedLearning",
+            "spendPrivacy",
+            jobId=job_id,
+            round=round_,
+            amount=amount,
+            kind=kind,
+            steps=steps,
+        )
 
     def submit_update(
         self,
@@ -248,10 +285,11 @@ class HostileMember:
             "FederatedLearning", "revealScores", **self.reveal_args(job_id, round_, scores, base_score, salt)
         )
 
-    def propose_model(self, job_id: int, round_: int, reference: bytes, model_hash: bytes) -> dict:
+    def vote_model(self, job_id: int, round_: int, reference: bytes, model_hash: bytes) -> dict:
+        """voteGlobalModel for the pair (``model_hash``, ``reference``), as any aggregating member."""
         return self.call(
             "FederatedLearning",
-            "proposeGlobalModel",
+            "voteGlobalModel",
             jobId=job_id,
             round=round_,
             modelRef=reference,
@@ -325,6 +363,100 @@ class HostileMember:
             assert not missing, f"{peer.url} did not take {len(missing)} chunks"
 
 
+# ----------------------------------------------------------------------------- a hostile endpoint
+
+
+# A key server's answer for (job, round, trainer) to a requester: the key's hex, or None (404).
+KeyPolicy = Callable[[int, int, str, str], "str | None"]
+
+
+class KeyServer:
+    """A hostile party's registered endpoint: it answers the peer key requests of sealed updates
+    (``KEY_PATH``) as its ``policy`` decides, and 404 to everything else. By default it hands out
+    the key it was given for (job, round, trainer) to anyone (an honest trainer does the same once
+    training is over); a policy may answer differently per requester (the two-key blob of issue 32).
+    The requester is the address its signed request names (unchecked: only its answer matters)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[int, int, str], bytes] = {}
+        self.policies: dict[tuple[int, int, str], KeyPolicy] = {}
+        self.asked: list[tuple[int, int, str, str]] = []  # (job, round, trainer, requester)
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 4096))
+                key = None
+                if self.path == KEY_PATH:
+                    try:
+                        asked = json.loads(body)
+                        key = server.answer(
+                            int(asked["job"]),
+                            int(asked["round"]),
+                            str(asked["trainer"]),
+                            str(self.headers.get(HEADER_ADDRESS, "")),
+                        )
+                    except (ValueError, KeyError, TypeError):
+                        key = None
+                status, answer = (200, {"key": key}) if key else (404, {"detail": "no key here"})
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def hold(
+        self, job_id: int, round_: int, trainer: str, key: bytes, policy: KeyPolicy | None = None
+    ) -> None:
+        """Serve ``key`` for the trainer's update of the round (or whatever ``policy`` answers)."""
+        with self._lock:
+            self.keys[(job_id, round_, trainer.lower())] = key
+            if policy is not None:
+                self.policies[(job_id, round_, trainer.lower())] = policy
+
+    def answer(self, job_id: int, round_: int, trainer: str, requester: str) -> str | None:
+        at = (job_id, round_, trainer.lower())
+        with self._lock:
+            self.asked.append((*at, requester.lower()))
+            policy, key = self.policies.get(at), self.keys.get(at)
+        if policy is not None:
+            return policy(job_id, round_, trainer.lower(), requester.lower())
+        return key.hex() if key is not None else None
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def sealed(plaintext: bytes) -> tuple[bytes, list[Chunk], bytes, str]:
+    """An update sealed as an honest trainer seals it (backend.jobs.sealed.envelope): the blob's
+    root reference, its chunks, the key, and the plaintext's content hash (what goes on chain)."""
+    from backend.jobs.sealed import envelope
+    from fl_node.codec import content_hash
+
+    blob, key = envelope.seal(plaintext)
+    root, chunks = blob_chunks(blob)
+    return root, chunks, key, content_hash(plaintext)
+
+
 # ----------------------------------------------------------------------------- reading as a member
 
 
@@ -367,25 +499,48 @@ def read_blob(member: HostileMember, peers: Sequence[Peer], reference: str, *, m
         source.close()
 
 
+class NoKey(Exception):
+    """No holder gave a key that opens the sealed update (a participant's reader gives up)."""
+
+
 def update_plaintext(
-    member: HostileMember, peers: Sequence[Peer], job_id: int, round_: int, update: dict, *, max_bytes: int
+    member: HostileMember,
+    peers: Sequence[Peer],
+    job_id: int,
+    round_: int,
+    update: dict,
+    *,
+    max_bytes: int,
+    known: KeyServer | None = None,
 ) -> bytes:
-    """An update's bytes as a participant reads it once the round's training is over: the blob,
-    and, for a sealed update (backend.jobs.sealed), its key asked of the peers by a signed request.
-    ``update``: the UpdateSubmitted event's arguments."""
-    blob = read_blob(member, peers, update["modelRef"], max_bytes=max_bytes + 64)
-    try:
-        from backend.jobs import sealed
-    except ImportError:  # no sealed updates in this tree: blobs are the updates
-        return blob
-    if not blob.startswith(sealed.MAGIC):
-        return blob
+    """An update's bytes as a participant reads it once the round's training is over: the sealed
+    blob (backend.jobs.sealed: every update is one), opened with a key from ``known`` (a hostile
+    party's own) or asked of the peers by a signed request, checked against the key the blob
+    commits to. ``update``: the UpdateSubmitted event's arguments. Raises WrongContent (the
+    committed key opens it wrong, or it is not a sealed update: the trainer's fault, final) or
+    NoKey (no holder gave the committed key)."""
+    from backend.jobs.sealed import envelope
+
+    blob = read_blob(member, peers, update["modelRef"], max_bytes=max_bytes + envelope.OVERHEAD)
+    if not blob.startswith(envelope.MAGIC):
+        raise envelope.WrongContent("not a sealed update")
     body = json.dumps({"job": job_id, "round": round_, "trainer": update["trainer"]}).encode()
-    refused = []
-    for peer in peers:
-        answer = member.peer_post(peer, sealed.KEY_PATH, body, timeout=30)
-        if answer.status_code != 200:
-            refused.append(f"{peer.address}: {answer.status_code} {answer.text[:120]}")
-            continue
-        return sealed.unseal(blob, bytes.fromhex(answer.json()["key"]), update["contentHash"])
-    raise AssertionError(f"no peer gave the key of {update['trainer']}'s update: {refused}")
+
+    def keys() -> Iterable[tuple[str, str]]:
+        own = known.answer(job_id, round_, update["trainer"], member.address) if known else None
+        if own:
+            yield "own", own
+        for peer in peers:
+            answer = member.peer_post(peer, KEY_PATH, body, timeout=30)
+            if answer.status_code != 200:
+                refused.append(f"{peer.address}: {answer.status_code} {answer.text[:120]}")
+                continue
+            yield peer.address, answer.json()["key"]
+
+    refused: list[str] = []
+    for holder, key in keys():
+        try:
+            return envelope.unseal(blob, bytes.fromhex(key), update["contentHash"])
+        except envelope.KeyMismatch as exc:  # the holder's error: ask the next one
+            refused.append(f"{holder}: {exc}")
+    raise NoKey(f"no holder gave the key of {update['trainer']}'s update: {refused}")

@@ -163,10 +163,10 @@ def test_an_expired_token_is_refused_by_every_process(victim):
     for name, node in (("stale-a", first), ("stale-b", second)):  # one token each: a refusal deletes it
         code = (
             "from datetime import timedelta; from django.utils import timezone; "
-            "from rest_framework.authtoken.models import Token; "
+            "from backend.nodes.models import ApiToken; from backend.nodes.tokens import digest; "
             "from backend.nodes.accounts import api_token, create_or_update_user; "
             f"u, _ = create_or_update_user('{name}', 'operator', 'stale-pass-123456'); key = api_token(u); "
-            "Token.objects.filter(key=key).update(created=timezone.now() - timedelta(days=2)); print(key)"
+            "ApiToken.objects.filter(digest=digest(key)).update(expires=timezone.now() - timedelta(days=2)); print(key)"
         )
         stale = first.manage("shell", "-c", code).stdout.split()[-1]
         response = _session(stale).get(node.url + "/api/auth/me", timeout=30)
@@ -182,7 +182,7 @@ def test_an_expired_token_is_refused_by_every_process(victim):
 def test_a_cross_site_write_with_the_session_cookie_alone_is_refused(victim):
     """Attack class: cross-site request forgery (a page the operator visits posts with their cookie)."""
     first, second = victim["nodes"]
-    # Its own account: logging out revokes the account's API token, which other tests use.
+    # Its own account, as before: a logout now ends only this login, never another's token.
     create = "from backend.nodes.accounts import create_or_update_user as c; c('csrf-op', 'operator', 'csrf-pass-1234')"
     first.manage("shell", "-c", create)
     browser = requests.Session()

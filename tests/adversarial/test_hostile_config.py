@@ -17,11 +17,14 @@ from rest_framework.test import APIClient
 
 from backend.identity.roles import Role
 from backend.jobs import blobs, chain
-from backend.jobs.config import DPConfig, JobConfig
 from backend.jobs.driver import agent
 from backend.jobs.models import JobRecord
 from backend.ledger.resources import JobSpec
 from backend.nodes.accounts import api_token, create_or_update_user
+from fl_node.job import training
+from fl_node.job.config import DPConfig, JobConfig
+from fl_node.job.plan import planned_spend_bound
+from tests.builders import job_config
 from tests.jobs.jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -60,13 +63,12 @@ def federation(monkeypatch):
 
 
 def _config(schema_hash: str, **changes) -> JobConfig:
-    honest = JobConfig(
+    """An honest DP job on the digits' schema; ``changes`` make it hostile."""
+    honest = job_config(
         name="crafted",
-        model="mlp",
         input_shape=(1, 8, 8),
         num_classes=10,
         schema_hash=schema_hash,
-        rounds=2,
         local_epochs=1,
         batch_size=32,
         dp=DPConfig(mode="sgd", target_epsilon=20.0),
@@ -97,7 +99,7 @@ def _propose(node, config: JobConfig, **spec_changes) -> int:
         score_period=config.score_timeout_s,
     )
     if "max_spend_per_round" in {f.name for f in dataclasses.fields(JobSpec)}:
-        spec["max_spend_per_round"] = chain.planned_spend_bound(config)
+        spec["max_spend_per_round"] = planned_spend_bound(config)
     receipt = chain.propose_job(node.ctx, JobSpec(**(spec | spec_changes)))
     return receipt.event("JobProposed").args["jobId"]
 
@@ -156,7 +158,7 @@ def test_hostile_configs_are_declined_with_a_reason_and_the_node_keeps_working(
         for name, (config_changes, spec_changes, _) in ATTACKS.items()
     }
     built = []
-    monkeypatch.setattr(JobConfig, "build_model", _recording(JobConfig.build_model, built))
+    monkeypatch.setattr(training, "build_model", _recording(training.build_model, built))
 
     chain.sync_mirror(honest.ctx)
     with caplog.at_level(logging.WARNING, logger="backend.jobs.driver.agent"):
@@ -189,7 +191,8 @@ def test_hostile_configs_are_declined_with_a_reason_and_the_node_keeps_working(
 
     # Liveness: the same member now proposes an honest job; the honest node discovers and joins it.
     with acting_as(hostile, monkeypatch):
-        created = operator.post("/api/jobs", job_request(datasets[1].pk, rounds=2), format="json")
+        request = job_request(datasets[1].pk, rounds=2, committee_size=1, min_trainers=1)  # two can start it
+        created = operator.post("/api/jobs", request, format="json")
     assert created.status_code == 201, created.content
     job_id = created.json()["id"]
     JobRecord.objects.filter(onchain_id=job_id).delete()  # as if only the proposer had it

@@ -8,14 +8,16 @@ transactions, signed peer requests), joins the job and attacks it from inside; a
 with a key no registry lists attacks from outside. Mallory's registered endpoint is a server
 of ours that redirects pushes to an inner address and answers fetches without end.
 
-The first committee is drawn on chain (JobStarted) from all four participants, so it may seat
-mallory: then its seat stays silent (a further attack), it trains from the next round on, and
-every defence below is still exercised in the rounds it trains in (its first update is the bomb).
+Every committee is drawn on chain from all four participants (JobStarted, then each round's
+RoundFinalized, uniformly: no ranking elects anyone), so any round's may seat mallory: then its
+seat stays silent (a further attack). Seated to score, the round ends by its deadlines accepting
+nothing; seated to aggregate, no model is fixed and the aggregation is skipped at its deadline.
+Every defence below is still exercised in the rounds it trains in (its first update is the bomb).
 
 While the job runs, every attack below is tried (each names its class in ATTACKS). Throughout,
 a sampler asks every honest node for its health and its indexer's lag. Asserted: the job
-finishes on every honest node with the same fixed global models as on chain; mallory's updates
-are never accepted; each honest node's indexer passes every attack burst within CATCH_UP_S and
+finishes on every honest node with the same fixed global models as on chain (a round is skipped
+only where the draw gave mallory its aggregating seat); mallory's updates are never accepted; each honest node's indexer passes every attack burst within CATCH_UP_S and
 its lag stays below LAG_BOUND; every health probe is answered within HEALTH_TIMEOUT_S; the
 rejected events are listed with reasons by ``GET /api/events``; the hostile jobs are declined
 with a reason; no node process dies and the victim's peak memory stays under its limit; a
@@ -40,7 +42,6 @@ import requests
 from eth_account import Account
 from web3 import HTTPProvider, Web3
 
-from backend.jobs.config import DPConfig, JobConfig
 from backend.ledger.abi import EventDecoder
 from backend.ledger.chains import ensure_funds
 from backend.ledger.deployment import load_deployment
@@ -49,6 +50,8 @@ from backend.swarm.client import HAS_PATH, PUSH_PATH
 from backend.swarm.wire import batch_digest, decode_addresses, encode_batch
 from devnet.localnet import OPERATOR, TERMINAL, LocalFederation, NodeSpec
 from fl_node.codec import content_hash
+from fl_node.committee import draw_committee
+from fl_node.job.config import DPConfig, JobConfig
 from tests.adversarial.hostile_chain import craft_log, emit_as, event_args
 from tests.adversarial.hostile_events_scenario import BAD_NAME
 from tests.adversarial.hostile_member import (
@@ -65,7 +68,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.timeout(3000),
-    pytest.mark.xdist_group("e2e-hostile-federation"),
 ]
 
 ROUNDS = 5
@@ -381,12 +383,14 @@ def _seats(member: HostileMember, job_id: int) -> list[str]:
 
 
 class MalloryTrainer:
-    """Mallory's trainer: in each round it trains in, it spends a little privacy (so the contract
-    takes its update) and submits a hostile reference as soon as the round opens, so no round
-    waits for a deadline on its account. Its n-th update is ``references[n]`` (the last one from
-    then on), whichever round that is: a round whose committee seats mallory (the contract lets
-    no member score and train at once) it sits out silently. Before its first update it tries one
-    claiming 2^64-1 samples (``inflated``: the refusal's name and the raw transaction's status)."""
+    """Mallory's trainer: once the job is started it reveals the draw secret it committed to at
+    join (else it would take no part: NotDrawn). In each round it trains in, it spends a little
+    privacy (so the contract takes its update) and submits a hostile reference as soon as the round
+    opens, so no round waits for a deadline on its account. Its n-th update is ``references[n]``
+    (the last one from then on), whichever round that is: a round whose committee seats mallory
+    (the contract lets no member score and train at once) it sits out silently, and it never votes
+    where a draw seats it to aggregate. Before its first update it tries one claiming 2^64-1
+    samples (``inflated``: the refusal's name and the raw transaction's status)."""
 
     def __init__(self, member: HostileMember, job_id: int, references: list[bytes]) -> None:
         self.member, self.job_id, self.references = member, job_id, references
@@ -394,6 +398,7 @@ class MalloryTrainer:
         self.sent_refs: dict[int, bytes] = {}
         self.seated: set[int] = set()  # rounds whose committee seats mallory: it stays silent
         self.inflated: tuple[str | None, int] | None = None
+        self.revealed: int | None = None  # the draw secret's reveal: the raw transaction's status
         self.errors: list[str] = []
         self.stop = threading.Event()
 
@@ -401,8 +406,10 @@ class MalloryTrainer:
         while not self.stop.wait(0.3):
             try:
                 state = self.member.job_state(self.job_id)
+                if state["status"] == JobStatus.DRAWING and self.revealed is None:
+                    self.revealed = int(self.member.reveal_draw(self.job_id)["status"])
                 if state["status"] != JobStatus.RUNNING:
-                    if state["status"] != JobStatus.OPEN:
+                    if state["status"] not in (JobStatus.OPEN, JobStatus.DRAWING):
                         return
                     continue
                 round_ = int(state["round"])
@@ -488,7 +495,10 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
     for thread in threads:
         thread.start()
     federation.start_job(honest[0], job_id)
-    # The first committee is the contract's draw from all four participants (mallory included).
+    # The first committee is the contract's draw from all four participants (mallory included),
+    # once each has revealed the secret it committed to at join: the attacks hit a running job.
+    drawn = federation.wait_drawn(job_id)
+    assert drawn["status"] == "running", drawn
     (started,) = _job_events(w3, deployment, job_id, "JobStarted")
     report["first_committee"] = _lower(started.args["committee"])
     try:
@@ -505,6 +515,7 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
         "attacks": report["attacks"],
         "first_committee": report["first_committee"],
         "mallory_seated_rounds": sorted(trainer.seated),
+        "mallory_revealed": trainer.revealed,
         "mallory_inflated": trainer.inflated,
         "mallory_updates": trainer.submitted,
         "mallory_errors": trainer.errors[-3:],
@@ -605,6 +616,7 @@ def _attack_during_the_job(federation, w3, mallory, outsider, job_id, roots) -> 
             "datasetId": flood_dataset,
             "grantee": honest[i % len(honest)].address,
             "wrappedKey": os.urandom(512),
+            "cap": 1_000_000,
         }
         for i in range(FLOOD)
     ]
@@ -719,24 +731,33 @@ def _slowloris(party: HostileMember, node, sockets: int) -> list:
 # ----------------------------------------------------------------------------- assertions
 
 
-def test_the_job_finishes_on_every_honest_node_with_the_fixed_models_on_chain(federation, w3, attacked):
-    """Liveness under attack: every round is fixed on chain and every honest node holds each
-    round's global model with the hash the chain fixed."""
+def test_the_job_finishes_on_every_honest_node_with_the_fixed_models_on_chain(
+    federation, w3, deployment, attacked, mallory
+):
+    """Liveness under attack: every finalized round's model is fixed on chain, or its aggregation
+    skipped where the draw gave the aggregating seat to mallory (silent: a committee of one that
+    never votes), and every honest node holds each fixed model with the hash the chain fixed."""
     job = attacked["job"]
     assert job["status"] == "finished", job
     job_id = int(job["id"])
-    decoder = EventDecoder()
-    events = [
-        e for e in (_decoded(decoder, log) for log in w3.eth.get_logs({"fromBlock": 0})) if e is not None
-    ]
     fixed = {
-        int(e.args["round"]): _hex(
-            e.args["modelHash"].hex() if isinstance(e.args["modelHash"], bytes) else e.args["modelHash"]
+        number: _hex(
+            event.args["modelHash"].hex()
+            if isinstance(event.args["modelHash"], bytes)
+            else event.args["modelHash"]
         )
-        for e in events
-        if e.name == "GlobalModelFixed" and int(e.args["jobId"]) == job_id
+        for number, event in _by_round(_job_events(w3, deployment, job_id, "GlobalModelFixed")).items()
     }
-    assert sorted(fixed) == list(range(1, ROUNDS + 1)), fixed
+    skipped = set(_by_round(_job_events(w3, deployment, job_id, "AggregationSkipped")))
+    finalized = _by_round(_job_events(w3, deployment, job_id, "RoundFinalized"))
+    assert not set(fixed) & skipped and set(fixed) | skipped == set(finalized), (fixed, skipped)
+    # Which rounds are skipped is the draws' doing, each a uniform seat of four: an honest
+    # aggregating seat fixes its round, mallory's skips it (all three seats went to mallory in one
+    # run, 1 in 64, and nothing was fixed: liveness held, the job finished on the initial model).
+    me = mallory.address.lower()
+    for number, event in finalized.items():
+        aggregators = _lower(event.args["nextCommittee"])
+        assert (number in skipped) == (aggregators == [me]), (number, aggregators, fixed, skipped)
     for node in federation.nodes:
         listed = node.api().get(f"{node.url}/api/models", params={"page_size": 100}, timeout=60).json()
         items = listed["results"] if isinstance(listed, dict) else listed
@@ -756,6 +777,7 @@ def test_malloryss_hostile_updates_were_submitted_and_never_accepted(
     2^64-1 samples is refused by the contract for its samples (SamplesAboveDataset), in a round
     mallory trains in, whichever seats the draw gave it."""
     trainer = attacked["trainer"]
+    assert trainer.revealed == 1, trainer.revealed  # it took part: its reveal was taken
     assert trainer.submitted and all(status == 1 for status in trainer.submitted.values()), (
         trainer.submitted,
         trainer.errors[-3:],
@@ -770,21 +792,23 @@ def test_malloryss_hostile_updates_were_submitted_and_never_accepted(
     assert not any(u["accepted"] for u in theirs), theirs
     me = mallory.address.lower()
     for number, event in _by_round(_job_events(w3, deployment, job_id, "RoundFinalized")).items():
-        ranking = _lower(event.args["ranking"])
+        trainers = _lower(event.args["trainers"])  # submission order, with their medians
         assert me not in _lower(event.args["accepted"]), (number, event.args)
-        assert (me in ranking) == (number in trainer.submitted), (number, ranking)
-        if me in ranking:
-            assert event.args["medians"][ranking.index(me)] == 0, (number, event.args)
+        assert (me in trainers) == (number in trainer.submitted), (number, trainers)
+        if me in trainers:
+            assert event.args["medians"][trainers.index(me)] == 0, (number, event.args)
 
 
-def test_the_first_committee_is_drawn_and_a_hostile_seat_cannot_stall_the_job(
+def test_every_committee_is_drawn_and_a_hostile_seat_cannot_stall_the_job(
     federation, w3, deployment, attacked, mallory
 ):
-    """The first committee is the contract's draw (JobStarted) from the four participants. Attack
-    class (when the draw seats mallory, in round 1 or after a redraw): a silent committee seat.
-    Such a round ends by its deadlines, accepts nothing (no scores), keeps the previous model, and
-    the next committee is an honest trainer. Every round an honest member sat in was scored by it,
-    and mallory's rounds on the committee are exactly those the chain seated it in."""
+    """The first committee is the contract's draw (JobStarted) from the four participants, and
+    each next one the draw of its round's seed (fl_node.committee.draw_committee), never a
+    ranking. Attack class (when a draw seats mallory): a silent committee seat. A round it
+    scores alone ends by its deadlines, accepts nothing (no scores) and keeps the previous model;
+    a round it aggregates alone is skipped (see the first test). Every round an honest member sat
+    in was scored by it, and mallory's rounds on the committee are exactly those the chain seated
+    it in."""
     job_id = int(attacked["job"]["id"])
     me = mallory.address.lower()
     honest = {n.address.lower() for n in federation.nodes}
@@ -794,8 +818,13 @@ def test_the_first_committee_is_drawn_and_a_hostile_seat_cannot_stall_the_job(
     finalized = _by_round(_job_events(w3, deployment, job_id, "RoundFinalized"))
     fixed = _by_round(_job_events(w3, deployment, job_id, "GlobalModelFixed"))
     scored = _job_events(w3, deployment, job_id, "ScoresSubmitted")
-    assert sorted(opened) == list(range(1, ROUNDS + 1)), sorted(opened)
+    drawn = [e.args["node"].lower() for e in _job_events(w3, deployment, job_id, "DrawSecretRevealed")]
+    assert sorted(drawn) == sorted(honest | {me}), drawn
+    assert 1 in opened and set(opened) <= set(range(1, ROUNDS + 1)), sorted(opened)
     assert _lower(opened[1].args["committee"]) == first
+    for event in finalized.values():  # each next committee: the draw of the round's seed
+        seed = bytes.fromhex(_hex(event.args["seed"]))
+        assert _lower(event.args["nextCommittee"]) == draw_committee(seed, drawn, 1), event.args
     seated = {number for number, event in opened.items() if me in _lower(event.args["committee"])}
     assert seated == attacked["trainer"].seated, (seated, attacked["trainer"].seated)
     print(json.dumps({"first_committee": first, "mallory": me, "mallory_seated_rounds": sorted(seated)}))
@@ -805,8 +834,8 @@ def test_the_first_committee_is_drawn_and_a_hostile_seat_cannot_stall_the_job(
         assert scorers == members - {me}, (number, members, scorers)  # honest seats score; mallory never
         if number in seated:
             assert finalized[number].args["accepted"] == [], (number, finalized[number].args)
-            assert fixed[number].args["modelHash"] == event.args["modelHash"], number  # carried forward
-            assert me not in _lower(finalized[number].args["nextCommittee"]), number
+            if number in fixed:
+                assert fixed[number].args["modelHash"] == event.args["modelHash"], number  # carried forward
 
 
 def test_the_attacks_on_chain_ran_while_the_job_was_running(attacked):

@@ -105,7 +105,7 @@ def _raw_request(
 VICTIM_READ = """
 import json, resource
 from types import SimpleNamespace
-from backend.jobs import blobs, services
+from backend.jobs import blobs, discovery
 from backend.jobs.driver.memory import DriverMemory
 from backend.ledger import models as mirror
 from backend.swarm.factory import node_swarm
@@ -124,7 +124,7 @@ outcome = {{}}
 for name, reference, bound in cases:
     try:
         if bound is None:  # the agent's discovery of a job whose config hash is the bomb
-            services.discover(ctx, mirror.Job(job_id=7, config_hash=reference))
+            discovery.discover(ctx, mirror.Job(job_id=7, config_hash=reference))
         else:  # an update reference, read with the bound of its model's spec
             blobs.get(ctx, reference, max_bytes=bound)
         outcome[name] = "accepted"

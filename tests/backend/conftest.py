@@ -50,10 +50,21 @@ def node_settings(settings, tmp_path):
     _clear_node_caches()
 
 
+class NodeClient(APIClient):
+    """The API's test client: JSON bodies (settings TEST_REQUEST_DEFAULT_FORMAT), multipart when a
+    body carries a file, as a browser's upload form sends it."""
+
+    def _encode_data(self, data, format=None, content_type=None):
+        if format is None and content_type is None and isinstance(data, dict):
+            if any(hasattr(value, "read") for value in data.values()):
+                format = "multipart"
+        return super()._encode_data(data, format, content_type)
+
+
 @pytest.fixture
 def make_client(db):
     def make(role: Role | None) -> APIClient:
-        client = APIClient()
+        client = NodeClient()
         if role is not None:
             user, _ = create_or_update_user(f"{role.value}-user", role, password="correct horse")
             client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
@@ -80,7 +91,7 @@ def viewer(make_client) -> APIClient:
 
 @pytest.fixture
 def anonymous() -> APIClient:
-    return APIClient()
+    return NodeClient()
 
 
 # ----------------------------------------------------------------------------- chain

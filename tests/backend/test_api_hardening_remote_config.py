@@ -9,13 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from backend.jobs.config import DPConfig, JobConfig
 from backend.jobs.remote_config import (
     LocalSchema,
     NodeLimits,
     RemoteConfigRejected,
     check_remote_config,
 )
+from fl_node.job.config import DPConfig, JobConfig
+from fl_node.job.plan import planned_spend_bound
+from tests.builders import job_config
 
 LIMITS = NodeLimits(
     max_model_params=2_000_000, max_batch_size=1024, max_local_epochs=20, max_rounds=100, max_period_s=86_400
@@ -25,9 +27,8 @@ NOW = 1_000_000
 
 
 def honest_config(**changes) -> JobConfig:
-    base = JobConfig(
+    base = job_config(
         name="digits",
-        model="mlp",
         input_shape=(64,),
         num_classes=10,
         schema_hash="ab" * 32,
@@ -47,7 +48,6 @@ def honest_config(**changes) -> JobConfig:
 
 def spec_of(config: JobConfig, **changes) -> SimpleNamespace:
     """The on-chain job as services.create_job proposes it for ``config``."""
-    from backend.jobs import chain
 
     job = dict(
         job_id=7,
@@ -61,8 +61,7 @@ def spec_of(config: JobConfig, **changes) -> SimpleNamespace:
         score_period=config.score_timeout_s,
         margin=config.margin_bp,
     )
-    if hasattr(chain, "planned_spend_bound"):
-        job["max_spend_per_round"] = chain.planned_spend_bound(config)
+    job["max_spend_per_round"] = planned_spend_bound(config)
     return SimpleNamespace(**(job | changes))
 
 
@@ -138,12 +137,8 @@ def test_a_config_that_differs_from_the_on_chain_spec_is_declined(field, value, 
 
 
 def test_a_privacy_bound_that_differs_from_the_config_is_declined():
-    from backend.jobs import chain
-
-    if not hasattr(chain, "planned_spend_bound"):
-        pytest.skip("the chain has no per-release privacy bound yet")
     config = honest_config()
-    job = spec_of(config, max_spend_per_round=chain.planned_spend_bound(config) * 10)
+    job = spec_of(config, max_spend_per_round=planned_spend_bound(config) * 10)
     assert "max_spend_per_round" in decline_reason(config, job)
 
 
@@ -167,7 +162,7 @@ def test_the_decline_is_a_409_for_the_api():
 def test_a_private_config_without_its_privacy_terms_never_reaches_the_bounds(dp, reason):
     # check_remote_config compares a private job's epsilon, delta and clip norm with bounds: a
     # fetched configuration without them is refused as it is read (ConfigError: discover's 409).
-    from backend.jobs.config import ConfigError
+    from fl_node.job.config import ConfigError
 
     data = honest_config().as_dict()
     data["dp"] |= dp

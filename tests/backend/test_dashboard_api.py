@@ -15,6 +15,7 @@ from eth_account import Account
 from backend.jobs.models import JobRecord, Membership, RoundMetric
 from backend.ledger import models as mirror
 from backend.nodes import overview
+from tests.builders import stored_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,7 @@ def _member(address, name):
 
 def _dataset(dataset_id, owner, cap, spent):
     return mirror.Dataset.objects.create(
-        dataset_id=dataset_id, owner=owner, content_hash="0x", swarm_ref="0x", schema_hash="0x",
+        dataset_id=dataset_id, owner=owner, commitment="0x", swarm_ref="0x", schema_hash="0x",
         samples=600, privacy_cap=cap, privacy_spent=spent, registered_block=1,
     )  # fmt: skip
 
@@ -67,18 +68,24 @@ def test_join_candidates_list_each_member_with_own_and_granted_datasets_and_budg
     mirror.Grant.objects.create(dataset=own, grantee=C, wrapped_key="k", active=True, granted_block=2)
     mirror.Grant.objects.create(dataset=own, grantee=B, wrapped_key="k", active=False, granted_block=2)
 
+    stored_dataset(name="clinic-a", onchain_id="1")  # this node's own record of dataset #1
+
     body = viewer.get("/api/dashboard/join-candidates").json()
     assert body["address"] == ME
+    assert body["allow_small_committees"] is None  # no chain in this test: unknown
     rows = {m["name"]: m for m in body["members"]}
     assert set(rows) == {"org-a", "org-b", "org-c"}  # not the applicant
     assert rows["org-a"]["self"] is True
     assert rows["org-a"]["datasets"] == [
-        {"id": 1, "owned": True, "samples": 600, "epsilon_cap": 10.0, "epsilon_left": 7.5}
-    ]
+        {"id": 1, "name": "clinic-a", "owned": True, "samples": 600, "schema_hash": "0x",
+         "epsilon_cap": 10.0, "epsilon_left": 7.5}
+    ]  # fmt: skip
     assert [d["id"] for d in rows["org-b"]["datasets"]] == [2]  # the revoked grant does not count
     assert rows["org-b"]["datasets"][0]["epsilon_left"] == 0.0
+    assert rows["org-b"]["datasets"][0]["name"] == ""  # another member's dataset: its name is not known here
     assert rows["org-c"]["datasets"][0] == {
-        "id": 1, "owned": False, "samples": 600, "epsilon_cap": 10.0, "epsilon_left": 7.5,
+        "id": 1, "name": "clinic-a", "owned": False, "samples": 600, "schema_hash": "0x",
+        "epsilon_cap": 10.0, "epsilon_left": 7.5,
     }  # fmt: skip
 
 
@@ -111,13 +118,7 @@ def test_overview_shows_active_jobs_with_phase_and_latest_accuracy(viewer):
         opened_block=2,
     )  # fmt: skip
     mirror.Score.objects.create(job=running, round=1, member=B, trainer=C, score=9000)
-    from backend.datasets.models import Dataset
-
-    local = Dataset.objects.create(
-        name="clinic", format="csv", num_samples=600, feature_shape=[784], num_features=784, classes=[],
-        schema_hash="s", content_hash="c", size_bytes=1, encrypted_reference="r", status="stored",
-        epsilon_cap=10, delta=1e-5,
-    )  # fmt: skip
+    local = stored_dataset("clinic", num_samples=600, epsilon_cap=10)
     Membership.objects.create(node=ME, job_id=4, dataset=local)
     RoundMetric.objects.create(
         node=ME, job_id=4, round=1, accuracy=0.81, loss=0.6, epsilon=1.0, model_hash="0x"

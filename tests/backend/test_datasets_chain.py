@@ -24,7 +24,7 @@ def test_upload_registers_the_dataset_on_chain(provider, on_chain):
     assert body["status"] == "registered"
     assert body["tx_hash"].startswith("0x")
     record = on_chain["ledger"].data.get_dataset(int(body["onchain_id"]))
-    assert bytes(record.content_hash).hex() == body["content_hash"]
+    assert bytes(record.commitment).hex() == body["commitment"] == body["content_hash"]
     # Only the root address is public; the key stays in the node's database.
     assert bytes(record.swarm_ref).hex() == Dataset.objects.get().encrypted_reference[:64]
 

@@ -131,12 +131,12 @@ def test_bad_form_fields_are_400(provider, field, value):
 
 
 @pytest.mark.parametrize("limit", [1000, 200_000])  # cut off while streaming / refused from Content-Length
-def test_over_size_upload_is_400_and_never_hits_the_disk(provider, settings, limit):
+def test_over_size_upload_is_413_and_never_hits_the_disk(provider, settings, limit):
     settings.DEFL_MAX_UPLOAD_BYTES = limit
     big = csv_file("f1,species\n" + "1.0,cat\n2.0,dog\n" * (limit // 8))
     response = provider.post("/api/datasets", form(big, "csv", label_column="species"))
-    assert response.status_code == 400
-    assert "exceeds" in response.json()["detail"]
+    assert response.status_code == 413
+    assert f"exceeds this node's limit of {limit} bytes" in response.json()["detail"]
     assert Dataset.objects.count() == 0
     assert _stored_chunks() == 0
     assert not any(__import__("os").scandir(settings.FILE_UPLOAD_TEMP_DIR))
@@ -162,3 +162,32 @@ def test_list_and_detail_are_readable_by_viewers(provider, viewer):
     assert listing["count"] == 1 and listing["results"][0]["id"] == created["id"]
     assert viewer.get(f"/api/datasets/{created['id']}").json()["content_hash"] == created["content_hash"]
     assert viewer.get("/api/datasets/12345").status_code == 404
+
+
+class _Unread:
+    """A request body that records whether anyone read it."""
+
+    def __init__(self) -> None:
+        self.read_bytes = 0
+
+    def read(self, size=-1):
+        self.read_bytes += 1
+        return b""
+
+    def readline(self, size=-1):
+        return self.read(size)
+
+
+def test_an_upload_too_large_by_its_content_length_is_413_before_its_body_is_read(provider, settings):
+    """The README's promise: a 135 MB upload learns its 413 at once, not after sending 135 MB."""
+    settings.DEFL_MAX_UPLOAD_BYTES = 128 * 1024 * 1024
+    body = _Unread()
+    response = provider.generic(
+        "POST",
+        "/api/datasets",
+        content_type="multipart/form-data; boundary=x",
+        CONTENT_LENGTH=str(135 * 1000 * 1000),
+        **{"wsgi.input": body},
+    )
+    assert response.status_code == 413, response.content
+    assert body.read_bytes == 0

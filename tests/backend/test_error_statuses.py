@@ -21,13 +21,15 @@ def _family(module, base) -> list[type]:
     _family(ledger_errors, ledger_errors.LedgerError) + _family(swarm_errors, swarm_errors.SwarmError),
 )
 def test_every_ledger_and_swarm_error_declares_a_status(klass: type) -> None:
-    assert klass.http_status in (400, 409, 413, 503)
+    assert klass.http_status in (400, 404, 409, 413, 503)  # 404: a blob no node holds
 
 
 def test_the_statuses_mean_what_the_caller_can_do() -> None:
     assert http_status_of(ledger_errors.ChainUnavailable("down")) == 503
     assert http_status_of(swarm_errors.PeerError("gone")) == 503  # through SwarmUnavailable
     assert http_status_of(swarm_errors.ChunkNotFound(b"\x00" * 32)) == 503
+    # every node asked answered that it holds none: the blob is not in the store
+    assert http_status_of(swarm_errors.ChunkMissing(b"\x00" * 32)) == 404
     assert http_status_of(swarm_errors.InvalidReference("xyz")) == 400
     assert http_status_of(swarm_errors.BlobTooLarge(10, 5)) == 413
     assert http_status_of(swarm_errors.CorruptChunk(b"\x00" * 32)) == 409

@@ -56,7 +56,7 @@ RULES: dict[tuple[str, str], frozenset | str] = {
     ("job-detail", "GET"): EVERY_ROLE,
     ("job-cancel", "POST"): OPERATOR,
     ("job-committee", "GET"): EVERY_ROLE,
-    ("job-limits", "GET"): EVERY_ROLE,  # backend.limits, for the job form
+    ("job-limits", "GET"): EVERY_ROLE,  # fl_node.job.limits, for the job form
     ("job-join", "POST"): OPERATOR,
     ("job-rounds", "GET"): EVERY_ROLE,
     ("job-start", "POST"): OPERATOR,
@@ -78,6 +78,20 @@ RULES: dict[tuple[str, str], frozenset | str] = {
     ("dashboard-join-candidates", "GET"): EVERY_ROLE,
     ("dashboard-granted-datasets", "GET"): EVERY_ROLE,
     ("dashboard-models", "GET"): EVERY_ROLE,
+    ("users", "GET"): OPERATOR,  # accounts: operators manage them (backend/nodes/account_views.py)
+    ("users", "POST"): OPERATOR,
+    ("user", "GET"): OPERATOR,
+    ("user", "PATCH"): OPERATOR,
+    ("tokens", "GET"): EVERY_ROLE,  # each user's own logins and tokens; an operator's list has all
+    ("tokens", "POST"): EVERY_ROLE,
+    ("token", "DELETE"): EVERY_ROLE,
+    # Prometheus' scrape: its own guard (a bearer token or an allowed address, loopback here),
+    # never a user's credentials (backend/monitoring)
+    ("metrics", "GET"): PUBLIC,
+    ("health-live", "GET"): PUBLIC,  # a load balancer's probes
+    ("health-ready", "GET"): PUBLIC,
+    ("api-not-found", "GET"): PUBLIC,  # every other /api/ path: a JSON 404 for anyone
+    ("api-not-found", "POST"): PUBLIC,
 }
 
 # Values for path parameters: well-formed, naming nothing that exists.

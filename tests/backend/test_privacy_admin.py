@@ -10,6 +10,7 @@ from django.test import Client
 from backend.datasets import budget
 from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
 from fl_node.privacy import ReleasePlan
+from tests.builders import stored_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -24,21 +25,7 @@ def staff() -> Client:
 
 @pytest.fixture
 def release() -> PrivacyRelease:
-    dataset = Dataset.objects.create(
-        name="audited",
-        format="npz",
-        num_samples=100,
-        feature_shape=[4],
-        num_features=4,
-        classes=["a", "b"],
-        schema_hash="0" * 64,
-        content_hash="2" * 64,
-        size_bytes=1,
-        encrypted_reference="",
-        status="stored",
-        epsilon_cap=10.0,
-        delta=1e-4,
-    )
+    dataset = stored_dataset("audited", content="2", num_samples=100, epsilon_cap=10.0, delta=1e-4)
     budget.reserve_release(dataset, 1, 1, ReleasePlan("dp_sgd", 1.0, 0.1, 10))
     return PrivacyRelease.objects.get()
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 
 from backend.datasets import budget
-from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
+from backend.datasets.models import BudgetGroup, PrivacyRelease
 from fl_node.privacy import PrivacyHistory, ReleasePlan
 from fl_node.privacy_audit import assert_claim_holds
+from tests.builders import stored_dataset
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]  # dp-accounting's PLD: a minute on 2 cores
 
 RELEASES = [  # (dataset index, job, round, plan, settle as)
     (0, 1, 1, ReleasePlan("dp_sgd", 1.3, 0.04, 50), "released"),
@@ -25,25 +26,6 @@ RELEASES = [  # (dataset index, job, round, plan, settle as)
     (1, 2, 2, ReleasePlan("update_gaussian", 4.0, 1.0, 1), "released"),
     (0, 1, 3, ReleasePlan("dp_sgd", 1.3, 0.04, 50), None),  # still reserved
 ]
-
-
-def _member(name: str, group: BudgetGroup, delta: float) -> Dataset:
-    return Dataset.objects.create(
-        name=name,
-        format="npz",
-        num_samples=1000,
-        feature_shape=[4],
-        num_features=4,
-        classes=["a", "b"],
-        schema_hash="0" * 64,
-        content_hash=name[0] * 64,
-        size_bytes=1,
-        encrypted_reference="",
-        status="stored",
-        epsilon_cap=40.0,
-        delta=delta,
-        budget_group=group,
-    )
 
 
 def _history(releases) -> PrivacyHistory:
@@ -57,7 +39,10 @@ def _history(releases) -> PrivacyHistory:
 
 def test_recorded_epsilons_are_never_below_the_independent_accountant():
     group = BudgetGroup.objects.create()
-    members = [_member("alpha", group, 1e-4), _member("beta", group, 1e-5)]
+    members = [
+        stored_dataset("alpha", content="a", budget_group=group, epsilon_cap=40.0, delta=1e-4),
+        stored_dataset("beta", content="b", budget_group=group, epsilon_cap=40.0, delta=1e-5),
+    ]
     for index, job, round_, plan, settle in RELEASES:
         budget.reserve_release(members[index], job, round_, plan)
         if settle == "released":

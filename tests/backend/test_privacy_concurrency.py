@@ -17,6 +17,7 @@ from backend.api.errors import BudgetExceeded
 from backend.datasets import budget
 from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
 from fl_node.privacy import PrivacyHistory, ReleasePlan, rdp_epsilon
+from tests.builders import stored_dataset
 
 TRAIN = ReleasePlan("dp_sgd", noise_multiplier=1.1, sample_rate=0.05, steps=60)
 DELTA = 1e-5
@@ -30,25 +31,6 @@ def _epsilon(times: int) -> float:
             noise_multiplier=TRAIN.noise_multiplier, sample_rate=TRAIN.sample_rate, steps=TRAIN.steps
         )
     return rdp_epsilon(history, delta=DELTA)
-
-
-def _dataset(name: str, content: str, group: BudgetGroup, cap: float) -> Dataset:
-    return Dataset.objects.create(
-        name=name,
-        format="npz",
-        num_samples=1000,
-        feature_shape=[4],
-        num_features=4,
-        classes=["a", "b"],
-        schema_hash="0" * 64,
-        content_hash=content * 64,
-        size_bytes=1,
-        encrypted_reference="",
-        status="stored",
-        epsilon_cap=cap,
-        delta=DELTA,
-        budget_group=group,
-    )
 
 
 def _reserve_waiting_for_sqlite(dataset: Dataset, job: int) -> None:
@@ -70,7 +52,9 @@ def _reserve_waiting_for_sqlite(dataset: Dataset, job: int) -> None:
 def test_racing_charges_on_two_members_of_one_group_pass_the_cap_once():
     group = BudgetGroup.objects.create()
     cap = (_epsilon(1) + _epsilon(2)) / 2  # room for one release, not two
-    members = [_dataset("a", "a", group, cap), _dataset("b", "b", group, cap)]
+    members = [
+        stored_dataset(name, content=name, budget_group=group, epsilon_cap=cap, delta=DELTA) for name in "ab"
+    ]
     barrier = threading.Barrier(RACERS)
     outcomes: list[str] = []
 

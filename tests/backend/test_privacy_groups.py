@@ -1,4 +1,6 @@
-"""The same records get one budget: order-insensitive content hashes, keyed record hashes, groups.
+"""One budget per source: a provider's datasets share one unless declared disjoint; the same
+records refused twice on this node (keyed content hash), declarations checked by keyed record
+hashes; the chain sees keyed commitments only.
 
 Uploads go through the API into a real database and chunk store; the chain tests use the
 in-process EVM with the deployed contracts.
@@ -12,15 +14,14 @@ import numpy as np
 import pytest
 from dataset_files import form, npz_file
 
-from backend.datasets import budget, overlap
+from backend.datasets import budget, commitment, overlap
 from backend.datasets.formats import CanonicalDataset
 from backend.datasets.models import Dataset, RecordHash
-from backend.ledger import models as mirror
 from fl_node.privacy import ReleasePlan
 
 pytestmark = pytest.mark.django_db
 
-TRAIN = ReleasePlan("dp_sgd", noise_multiplier=1.1, sample_rate=0.05, steps=60)
+TRAIN = ReleasePlan("dp_sgd", noise_multiplier=2.0, sample_rate=0.05, steps=60)
 
 
 def _records(seed: int, samples: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -32,7 +33,7 @@ def _upload(client, x, y, *, name: str = "set", **extra):
     return client.post("/api/datasets", form(npz_file(x=x, y=y), "npz", name=name, **extra))
 
 
-def test_a_reordered_upload_has_the_same_content_hash_and_is_refused(provider):
+def test_a_reordered_upload_is_refused_by_the_keyed_content_hash(provider):
     x, y = _records(1)
     first = _upload(provider, x, y)
     assert first.status_code == 201, first.content
@@ -41,10 +42,12 @@ def test_a_reordered_upload_has_the_same_content_hash_and_is_refused(provider):
     assert again.status_code == 400
     assert f"already registered as dataset {first.json()['id']}" in again.json()["detail"]
     assert Dataset.objects.count() == 1
-    # The content hash does not depend on the order, and is not the hash of the stored blob.
+    # What the node keeps and what it shows are keyed: neither is the records' plain hash.
     shuffled = CanonicalDataset(x[order], y[order], ("0", "1", "2"))
-    assert shuffled.content_hash == first.json()["content_hash"]
-    assert shuffled.blob_hash != shuffled.content_hash
+    stored = Dataset.objects.get()
+    assert stored.content_hash == overlap.local_content_hash(shuffled.record_digests)
+    assert shuffled.content_hash not in (stored.content_hash, first.json()["content_hash"])
+    assert first.json()["content_hash"] == first.json()["commitment"] == stored.commitment
 
 
 def test_one_row_changed_joins_the_budget_group_and_shares_its_history(provider):
@@ -71,30 +74,43 @@ def test_one_row_changed_joins_the_budget_group_and_shares_its_history(provider)
     assert second_charge.epsilon > charge.epsilon  # composed with a's release, not a fresh budget
 
 
-def test_disjoint_datasets_keep_separate_budgets(provider):
-    a = _upload(provider, *_records(3)).json()
-    b = _upload(provider, *_records(4), name="other").json()
+def test_a_providers_datasets_share_one_budget_unless_declared_disjoint(provider):
+    """Budgets per source: a rescaled copy shares no record hash, so sharing is the default."""
+    x, y = _records(3)
+    a = _upload(provider, x, y).json()
+    rescaled = _upload(provider, x * np.float32(0.5), y, name="rescaled").json()
     assert a["budget"]["budget_group"] == [a["id"]]
-    assert b["budget"]["budget_group"] == [b["id"]]
+    assert rescaled["budget"]["budget_group"] == [a["id"], rescaled["id"]]
+    assert not a["disjoint"] and not rescaled["disjoint"]
     budget.reserve_release(Dataset.objects.get(pk=a["id"]), 1, 1, TRAIN)
-    assert provider.get(f"/api/datasets/{b['id']}").json()["budget"]["epsilon_reserved"] == 0.0
+    assert provider.get(f"/api/datasets/{rescaled['id']}").json()["budget"]["epsilon_reserved"] > 0
+
+    own = _upload(provider, *_records(4), name="other", disjoint="true").json()
+    assert own["disjoint"] and own["budget"]["budget_group"] == [own["id"]]
+    assert own["budget"]["epsilon_reserved"] == 0.0
 
 
-def test_an_upload_overlapping_two_groups_merges_them(provider):
+def test_a_declaration_the_records_contradict_is_refused_before_registration(provider):
     xa, ya = _records(5)
     xb, yb = _records(6)
-    a = _upload(provider, xa, ya).json()
-    b = _upload(provider, xb, yb, name="b").json()
-    budget.reserve_release(Dataset.objects.get(pk=b["id"]), 1, 1, TRAIN)
+    shared = _upload(provider, xa, ya).json()
+    own = _upload(provider, xb, yb, name="b", disjoint="true").json()
+    # Declared disjoint, yet it holds records of the shared dataset.
+    copy = _upload(provider, xa[:10], ya[:10], name="part of a", disjoint="true")
+    assert copy.status_code == 400, copy.content
+    assert "declared disjoint but shares records" in copy.json()["detail"]
+    assert copy.json()["errors"]["disjoint"]
+    # Records of a disjoint dataset in a shared one: their spends would miss its source.
     bridge = _upload(
         provider, np.concatenate([xa[:3], xb[:3]]), np.concatenate([ya[:3], yb[:3]]), name="bridge"
     )
-    assert bridge.status_code == 201, bridge.content
-    members = [a["id"], b["id"], bridge.json()["id"]]
-    for pk in members:
-        shown = provider.get(f"/api/datasets/{pk}").json()["budget"]
-        assert shown["budget_group"] == members
-        assert shown["epsilon_reserved"] > 0  # b's reservation now weighs on all three
+    assert bridge.status_code == 400, bridge.content
+    assert f"{own['id']}" in bridge.json()["detail"]
+    assert sorted(Dataset.objects.values_list("pk", flat=True)) == [shared["id"], own["id"]]
+    # An overlap with the shared source's datasets alone is fine: the same budget already.
+    part = _upload(provider, xa[:10], ya[:10], name="part of a")
+    assert part.status_code == 201, part.content
+    assert part.json()["budget"]["budget_group"] == [shared["id"], part.json()["id"]]
 
 
 def test_record_hashes_are_keyed_with_the_node_secret(provider, settings):
@@ -123,54 +139,42 @@ def test_delta_must_be_at_most_one_over_ten_n(provider, samples, delta, status):
         assert not Dataset.objects.exists()
 
 
-def test_records_the_mirror_knows_on_chain_are_refused_before_anything_is_stored(provider):
-    x, y = _records(10)
-    content_hash = CanonicalDataset(x, y, ("0", "1", "2")).content_hash
-    mirror.Dataset.objects.create(
-        dataset_id=41,
-        owner="0x" + "11" * 20,
-        content_hash="0x" + content_hash,
-        swarm_ref="0x" + "22" * 32,
-        schema_hash="0x" + "33" * 32,
-        samples=20,
-        privacy_cap=1_000_000,
-        registered_block=1,
-    )
-    response = _upload(provider, x, y)
-    assert response.status_code == 400
-    assert "already registered as dataset 41 on chain" in response.json()["detail"]
-    assert not Dataset.objects.exists()
-
-
-def test_the_chain_refusing_the_same_records_is_a_400(provider, on_chain):
-    # The records were registered on chain from elsewhere (this node keeps no row of them, and
-    # the mirror has not indexed them yet): the chain's DuplicateDataset surfaces as a 400.
+def test_records_another_node_registered_cannot_be_recognised_from_the_chain(provider, on_chain):
+    # The records were registered from elsewhere (this node keeps no row of them): each upload
+    # draws a fresh secret, so the chain sees an unrelated commitment and cannot refuse it. That
+    # is the price of a commitment that is no membership oracle (docs/PRIVACY.md).
     x, y = _records(11)
     first = _upload(provider, x, y)
     assert first.status_code == 201, first.content
-    onchain_id = first.json()["onchain_id"]
     Dataset.objects.all().delete()
     RecordHash.objects.all().delete()
     order = np.arange(len(y))[::-1]
-    response = _upload(provider, x[order], y[order], name="reversed")
-    assert response.status_code == 400, response.content
-    assert f"already registered as dataset {onchain_id} on chain" in response.json()["detail"]
-    assert not Dataset.objects.exists()
+    again = _upload(provider, x[order], y[order], name="reversed")
+    assert again.status_code == 201, again.content
+    assert again.json()["commitment"] != first.json()["commitment"]
+    assert again.json()["onchain_id"] != first.json()["onchain_id"]
 
 
-def test_a_public_holdout_is_declared_on_chain_bound_to_the_records(provider, on_chain):
+def test_a_public_holdout_is_declared_on_chain_as_a_keyed_commitment(provider, on_chain):
     x, y = _records(12)
     declared = _upload(provider, x, y, public_holdout="true")
     assert declared.status_code == 201, declared.content
     body = declared.json()
     assert body["public_holdout"] is True
     on_record = on_chain["ledger"].data.get_dataset(int(body["onchain_id"]))
-    expected = hashlib.sha256(b"defl-public-holdout-v1\n" + bytes.fromhex(body["content_hash"])).digest()
-    assert bytes(on_record.public_holdout_hash) == expected
+    stored = Dataset.objects.get(pk=body["id"])
+    digests = CanonicalDataset(x, y, ("0", "1", "2")).record_digests
+    assert bytes(on_record.public_holdout_hash).hex() == commitment.holdout_commitment(stored.secret, digests)
+    # Not derived from the records alone (the earlier declaration hashed the plain content hash).
+    plain = CanonicalDataset(x, y, ("0", "1", "2")).content_hash
+    assert (
+        bytes(on_record.public_holdout_hash)
+        != hashlib.sha256(b"defl-public-holdout-v1\n" + bytes.fromhex(plain)).digest()
+    )
 
-    plain = _upload(provider, *_records(13), name="private").json()
-    assert plain["public_holdout"] is False
-    assert not on_chain["ledger"].data.get_dataset(int(plain["onchain_id"])).has_public_holdout
+    private = _upload(provider, *_records(13), name="private").json()
+    assert private["public_holdout"] is False
+    assert not on_chain["ledger"].data.get_dataset(int(private["onchain_id"])).has_public_holdout
 
 
 def test_a_dataset_past_the_record_limit_is_refused(provider, monkeypatch):

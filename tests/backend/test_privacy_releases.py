@@ -6,32 +6,15 @@ import pytest
 
 from backend.api.errors import BudgetExceeded, InvalidInput
 from backend.datasets import budget
-from backend.datasets.models import Dataset, PrivacyRelease
+from backend.datasets.models import PrivacyRelease
 from fl_node.privacy import PrivacyHistory, ReleasePlan, rdp_epsilon
+from tests.builders import stored_dataset
 
 pytestmark = pytest.mark.django_db
 
 DELTA = 1e-5
 TRAIN = ReleasePlan("dp_sgd", noise_multiplier=1.1, sample_rate=0.05, steps=60)
 SCORES = ReleasePlan("score_count", noise_multiplier=8.0, sample_rate=1.0, steps=3)
-
-
-def _dataset(name: str = "releases", *, epsilon_cap: float = 20.0, content: str = "1") -> Dataset:
-    return Dataset.objects.create(
-        name=name,
-        format="npz",
-        num_samples=1000,
-        feature_shape=[4],
-        num_features=4,
-        classes=["a", "b"],
-        schema_hash="0" * 64,
-        content_hash=content * 64,
-        size_bytes=1,
-        encrypted_reference="",
-        status="stored",
-        epsilon_cap=epsilon_cap,
-        delta=DELTA,
-    )
 
 
 def _epsilon(*plans: ReleasePlan) -> float:
@@ -42,7 +25,7 @@ def _epsilon(*plans: ReleasePlan) -> float:
 
 
 def test_a_reservation_counts_at_once_and_is_shown_apart_until_it_settles():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     charge = budget.reserve_release(dataset, 7, 1, TRAIN)
     assert charge.epsilon == pytest.approx(_epsilon(TRAIN))
     assert charge.job == "7" and charge.round == 1 and charge.micro_epsilon >= charge.epsilon * 1e6
@@ -60,7 +43,9 @@ def test_a_reservation_counts_at_once_and_is_shown_apart_until_it_settles():
 
 def test_reservations_are_checked_together_against_the_cap():
     alone = _epsilon(TRAIN)
-    dataset = _dataset(epsilon_cap=(alone + _epsilon(TRAIN, TRAIN)) / 2)  # room for one, not two
+    dataset = stored_dataset(
+        delta=DELTA, epsilon_cap=(alone + _epsilon(TRAIN, TRAIN)) / 2
+    )  # room for one, not two
     budget.reserve_release(dataset, 1, 1, TRAIN)  # reserved, never settled
     with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):
         budget.reserve_release(dataset, 2, 1, TRAIN)
@@ -68,7 +53,7 @@ def test_reservations_are_checked_together_against_the_cap():
 
 
 def test_withheld_stays_counted_and_scores_compose_with_training():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     budget.reserve_release(dataset, 3, 1, TRAIN)
     budget.mark_withheld(dataset, 3, 1, "dp_sgd")  # a discarded speculative update
     budget.reserve_release(dataset, 3, 1, TRAIN)  # the retrain: fresh noise, charged again
@@ -87,7 +72,7 @@ def test_withheld_stays_counted_and_scores_compose_with_training():
 
 
 def test_settling_is_idempotent_but_never_reopens_or_unpublishes():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     budget.reserve_release(dataset, 4, 1, TRAIN)
     first = budget.mark_released(dataset, 4, 1, "dp_sgd")
     assert budget.mark_released(dataset, 4, 1, "dp_sgd").pk == first.pk  # a retried action
@@ -100,14 +85,14 @@ def test_settling_is_idempotent_but_never_reopens_or_unpublishes():
 
 @pytest.mark.parametrize("round_", [-1, 2**31, "1", 1.5, True])
 def test_a_bad_round_is_refused(round_):
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     with pytest.raises(InvalidInput):
         budget.reserve_release(dataset, 1, round_, TRAIN)
     assert not dataset.releases.exists()
 
 
 def test_a_job_id_or_a_step_count_past_the_columns_is_refused():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     with pytest.raises(InvalidInput):
         budget.reserve_release(dataset, "9" * 81, 1, TRAIN)
     with pytest.raises(InvalidInput):
@@ -116,7 +101,7 @@ def test_a_job_id_or_a_step_count_past_the_columns_is_refused():
 
 
 def test_only_a_release_plan_is_charged():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     with pytest.raises(InvalidInput, match="ReleasePlan"):
         budget.reserve_release(dataset, 1, 1, {"kind": "dp_sgd", "noise_multiplier": 0.0001})
     with pytest.raises(InvalidInput):
@@ -125,7 +110,7 @@ def test_only_a_release_plan_is_charged():
 
 
 def test_the_round_less_calls_record_released_releases():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     charge = budget.reserve_budget(dataset, 9, noise_multiplier=2.0, sample_rate=1.0, steps=1)
     release = dataset.releases.get()
     assert (release.kind, release.round, release.status) == ("update_gaussian", None, "released")
@@ -134,7 +119,7 @@ def test_the_round_less_calls_record_released_releases():
 
 
 def test_the_job_figures_separate_spent_from_reserved():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     budget.reserve_release(dataset, 5, 1, TRAIN)
     budget.mark_released(dataset, 5, 1, "dp_sgd")
     budget.reserve_release(dataset, 5, 2, TRAIN)
@@ -145,7 +130,7 @@ def test_the_job_figures_separate_spent_from_reserved():
 
 
 def test_lost_attempts_are_withheld_and_stay_counted_before_a_new_one_is_reserved():
-    dataset = _dataset()
+    dataset = stored_dataset(delta=DELTA)
     for _ in range(3):  # three attempts of round 1 reserved, none settled (restarts)
         budget.reserve_release(dataset, 9, 1, TRAIN)
     budget.reserve_release(dataset, 9, 2, TRAIN)  # another round: not an attempt of round 1
@@ -167,7 +152,7 @@ def test_lost_attempts_are_withheld_and_stay_counted_before_a_new_one_is_reserve
 
 
 def test_withholding_lost_attempts_is_bounded():
-    dataset = _dataset(epsilon_cap=1e6)
+    dataset = stored_dataset(delta=DELTA, epsilon_cap=1e6)
     tiny = ReleasePlan("dp_sgd", noise_multiplier=50.0, sample_rate=0.01, steps=1)
     for _ in range(budget.MAX_ABANDONED + 2):
         budget.reserve_release(dataset, 5, 3, tiny)

@@ -33,7 +33,14 @@ def test_the_job_privacy_and_the_round_releases_are_typed(components):
     assert set(privacy) == {"target_epsilon", "delta", "epsilon_max", "final", "participants"}
     assert privacy["final"]["type"] == "boolean"
     participant = _properties(components, "ParticipantPrivacy")
-    assert set(participant) == {"node", "dataset", "epsilon_spent", "epsilon_reserved", "source"}
+    assert set(participant) == {
+        "node",
+        "dataset",
+        "epsilon_spent",
+        "epsilon_local",
+        "epsilon_reserved",
+        "source",
+    }
     release = _properties(components, "ReleaseRecord")
     assert set(release) == {
         "kind",

@@ -111,8 +111,32 @@ def test_list_detail_and_download(viewer):
     assert {"id", "job", "round", "content_hash", "onchain_hash", "created"} <= detail.keys()
     response = viewer.get(f"/api/models/{model.pk}/download")
     assert response.status_code == 200
-    assert response.content == data
+    assert response.streaming  # a piece at a time, never the whole model in the server's memory
+    assert b"".join(response.streaming_content) == data
+    assert response["Content-Length"] == str(len(data))
     assert "safetensors" in response["Content-Disposition"]
+
+
+def test_a_download_whose_bytes_do_not_match_the_hash_never_completes(viewer):
+    from backend.serving.models import GlobalModel
+
+    model, _, data = _register(round_=1, seed=3)
+    GlobalModel.objects.filter(pk=model.pk).update(content_hash="0" * 64)
+    response = viewer.get(f"/api/models/{model.pk}/download")
+    received = bytearray()
+    with pytest.raises(blobs.ModelMismatch):
+        for piece in response.streaming_content:
+            received += piece
+    assert len(received) < len(data)  # the client sees a cut download, never a whole wrong file
+
+
+def test_model_downloads_are_throttled_per_user(viewer, operator):
+    model, _, _ = _register(round_=1, seed=3)
+    for _ in range(20):
+        assert viewer.get(f"/api/models/{model.pk}/download").status_code == 200
+    refused = viewer.get(f"/api/models/{model.pk}/download")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
+    assert operator.get(f"/api/models/{model.pk}/download").status_code == 200  # another user's own rate
 
 
 def test_registering_the_same_round_with_other_bytes_is_refused():

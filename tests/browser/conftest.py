@@ -81,6 +81,8 @@ def node_server(tmp_path_factory, browser_prerequisites) -> Node:
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
         "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),  # a node refuses to start without its own
         "PYTHONUNBUFFERED": "1",
+        # small enough that a browser test can hand Chromium a file over it (the upload form's check)
+        "DEFL_MAX_UPLOAD_BYTES": str(4 * 1024 * 1024),
     }
     for name in ("DJANGO_DEBUG", "DATABASE_URL", "CELERY_BROKER_URL", "DEFL_CHAIN_URL", "DEFL_PEERS"):
         env.pop(name, None)

@@ -13,7 +13,7 @@ import pytest
 
 from tests.browser.conftest import REPO, TEST_NODE_KEY, run_e2e_script
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WORKER = "w2@browser"
 
 # Run in the node's own database (as manage.py shell): a 2-core worker, a task that failed once

@@ -35,7 +35,6 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.xdist_group("e2e-browser-faults"),
     pytest.mark.timeout(3600),
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed"),
     pytest.mark.skipif(

@@ -9,7 +9,7 @@ import pytest
 
 from tests.browser.conftest import REPO, run_e2e_script
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SCREENSHOTS = REPO / "out" / "screenshots"
 

@@ -29,7 +29,9 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.e2e,
     pytest.mark.slow,
-    pytest.mark.xdist_group("e2e-browser-federation"),
+    # Above the script's own limits (its rounds wait DEFL_WAIT_S, the run 1500 s), so a failure
+    # ends with the script's report of what it waited for, not pytest's stack of the wait.
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Chromium is not installed"),
     pytest.mark.skipif(
         not (FRONTEND / "node_modules").exists(), reason="frontend packages are not installed"

@@ -10,8 +10,6 @@ from django.test import override_settings
 
 from tests.browser.conftest import FRONTEND
 
-pytestmark = pytest.mark.xdist_group("browser")
-
 
 @pytest.fixture
 def built_dist(tmp_path):

@@ -34,7 +34,7 @@ def test_cluster_view_needs_a_role(make_client):
     assert make_client(Role.PROVIDER).get("/api/cluster").status_code == 200
 
 
-def test_cluster_view_lists_workers_slots_load_and_tasks(viewer, cluster, settings):
+def test_cluster_view_lists_workers_slots_load_and_tasks(viewer, operator, cluster, settings):
     local, _ = cluster
     settings.DEFL_CLUSTER_RETRY_BASE_S = 0.01
     runner.run(5, 1, lambda: None)  # succeeded: in no list
@@ -54,15 +54,22 @@ def test_cluster_view_lists_workers_slots_load_and_tasks(viewer, cluster, settin
     assert body["totals"]["queued"] == 2 and body["running"] == []
     assert [(t["job_id"], t["round"], t["queue_position"]) for t in body["queued"]] == [(5, 2, 1), (6, 1, 2)]
     assert "log" not in body["queued"][0]
+    # A viewer reads what kind of error it was; the operator reads the error itself.
     failure = body["recent_failures"][0]
-    assert (failure["job_id"], failure["round"], failure["error"]) == (5, 2, "OSError: disk full")
+    summary = "OSError (the node's operator sees the details)"
+    assert (failure["job_id"], failure["round"], failure["error"]) == (5, 2, summary)
+    raw = operator.get("/api/cluster").json()["recent_failures"][0]
+    assert raw["error"] == "OSError: disk full"
     assert queued.pk in [t["id"] for t in body["queued"]]
 
 
-def test_job_tasks_with_positions_timings_and_logs(viewer, cluster):
+def test_job_tasks_with_positions_timings_and_logs(viewer, operator, cluster):
     runner.run(8, 1, lambda: 1)
     runner.enqueue(8, 2)
-    body = viewer.get("/api/jobs/8/tasks").json()
+    assert all(
+        task["log"] == "" for task in viewer.get("/api/jobs/8/tasks").json()["tasks"]
+    )  # operators only
+    body = operator.get("/api/jobs/8/tasks").json()
     assert body["job_id"] == 8 and body["priority"] == 0
     newest, first = body["tasks"]
     assert (newest["round"], newest["state"], newest["queue_position"]) == (2, "queued", 1)

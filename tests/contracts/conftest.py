@@ -78,15 +78,26 @@ class Federation:
     def index(self, address: str) -> int:
         return next(i for i, ledger in enumerate(self.ledgers) if ledger.client.address == address)
 
+    def join(self, job: int, member: int, dataset: int | None = None):
+        """Member ``member`` joins with its own dataset (or ``dataset``), committing to its draw secret."""
+        return self.member(member).fl.join(
+            job, member + 1 if dataset is None else dataset, draw_secret(member, job)
+        )
+
+    def reveal_all(self, job: int, members) -> list:
+        """Each member reveals its draw secret; the last reveal draws the first committee."""
+        return [self.member(m).fl.reveal_draw_secret(job, draw_secret(m, job)) for m in members]
+
     def running_job(self, participants: int = 8, **overrides) -> tuple[int, list[int], list[int]]:
-        """Propose (by member 0), join members 0..participants-1 with their datasets, start (the
-        contract draws the committee). Returns (job id, committee indexes in seat order, trainer
-        indexes ascending)."""
+        """Propose (by member 0), join members 0..participants-1 with their datasets, start, and
+        reveal every draw secret (the last reveal draws the committee). Returns (job id, committee
+        indexes in seat order, trainer indexes ascending)."""
         spec = self.spec(**overrides)
         job = self.member(0).fl.propose_job(spec)
         for i in range(participants):
-            self.member(i).fl.join(job, i + 1)
+            self.join(job, i)
         self.member(0).fl.start_job(job)
+        self.reveal_all(job, range(participants))
         committee = [self.index(a) for a in self.member(0).fl.committee(job)]
         return job, committee, sorted(set(range(participants)) - set(committee))
 
@@ -94,6 +105,11 @@ class Federation:
 def salt(member: int) -> bytes:
     """A member's commitment salt in tests (a node draws a secret one)."""
     return bytes([member + 1]) * 32
+
+
+def draw_secret(member: int, job: int) -> bytes:
+    """A member's draw secret for a job in tests (a node derives a secret one)."""
+    return bytes([member + 1, job % 256]) * 16
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Compiles every contract for every EVM target (minutes on 2 cores); `make lint` runs the same
+# check (`node contracts/compile.mjs --check`), and `make test` both.
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_artifacts_match_sources():
     result = subprocess.run(

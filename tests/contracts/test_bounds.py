@@ -1,6 +1,6 @@
 """Every contract bounds what it accepts: strings, ids, rounds, periods and deadlines, plans.
 
-The limits are the job configuration's (backend/jobs/config.py, serializers.py) or tighter, so
+The limits are the job configuration's (fl_node/job/config.py, serializers.py) or tighter, so
 every node's mirror can store any value the chain accepted.
 """
 
@@ -67,7 +67,7 @@ def test_join_refuses_a_dataset_id_that_does_not_exist(fed):
     job = fed.member(0).fl.propose_job(fed.spec())
     for dataset_id in (0, 13, 2**64 + 1, 2**256 - 1):
         with pytest.raises(errors.DatasetNotUsable):
-            fed.member(1).fl.join(job, dataset_id)
+            fed.join(job, 1, dataset_id)
 
 
 def _raw_register(ledger, name: bytes, endpoint: bytes) -> ContractCall:

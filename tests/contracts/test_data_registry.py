@@ -1,4 +1,5 @@
-"""DataRegistry: dataset records, grants (wrapped key only in the event), revocation, privacy caps."""
+"""DataRegistry: dataset records, budget sources, grants (wrapped key only in the event, a cap each),
+revocation that stops spends, key rotation, privacy caps."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def test_register_dataset(fed):
     dataset_id = data.register_dataset(b"\x6a" * 32, b"\x0b" * 32, b"\x0c" * 32, 500, 2_000_000)
     info = data.get_dataset(dataset_id)
     assert info.owner == fed.address(0) and info.samples == 500 and info.swarm_ref == b"\x0b" * 32
-    assert info.privacy_cap == 2_000_000 and info.privacy_spent == 0
+    assert info.privacy_cap == 2_000_000
+    assert data.get_source(info.source_id).spent == 0
     with pytest.raises(errors.UnknownDataset):
         data.get_dataset(10_000)
 
@@ -26,17 +28,52 @@ def test_register_dataset(fed):
 def test_grant_and_revoke(fed):
     owner, grantee = fed.member(0).data, fed.address(1)
     with pytest.raises(errors.NotDatasetOwner):
-        fed.member(1).data.grant(1, grantee, b"key")
+        fed.member(1).data.grant(1, grantee, b"key", 1_000_000)
     with pytest.raises(errors.NotMember):
-        owner.grant(1, fed.outsider().client.address, b"key")
+        owner.grant(1, fed.outsider().client.address, b"key", 1_000_000)
+    with pytest.raises(errors.InvalidDataset):  # the owner needs no grant
+        owner.grant(1, fed.address(0), b"key", 1_000_000)
+    for cap in (0, 100_000_001):
+        with pytest.raises(errors.InvalidDataset):
+            owner.grant(1, grantee, b"key", cap)
     with pytest.raises(errors.NotGranted):
         owner.revoke(1, grantee)
-    receipt = owner.grant(1, grantee, b"\xee" * 97)
-    assert receipt.event("AccessGranted").args["wrappedKey"] == "0x" + "ee" * 97
+    receipt = owner.grant(1, grantee, b"\xee" * 97, 1_500_000)
+    granted = receipt.event("AccessGranted").args
+    assert granted["wrappedKey"] == "0x" + "ee" * 97 and granted["cap"] == 1_500_000
     assert owner.is_granted(1, grantee) and owner.can_use(1, grantee)
+    assert owner.get_grant(1, grantee).cap == 1_500_000
+    assert owner.usage(1, grantee) == (100, False)
     owner.revoke(1, grantee)
-    assert not owner.can_use(1, grantee)
+    assert not owner.can_use(1, grantee) and owner.usage(1, grantee) == (0, False)
     assert owner.can_use(1, fed.address(0))
+
+
+def test_a_providers_datasets_share_a_source_unless_declared_disjoint(fed):
+    """Budgets per source: a provider's second dataset (a copy, rescaled, jittered: no hash tells)
+    spends from the same budget as its first, whose cap is the smaller of the two; a dataset
+    declared disjoint gets its own, and the declaration is on chain."""
+    data = fed.member(0).data
+    first = data.get_dataset(1)  # the fixture's dataset of member 0 (cap 3_000_000)
+    copy = data.register_dataset(b"\x71" * 32, b"\x02" * 32, b"\x05" * 32, 100, 2_000_000)
+    assert data.source_of(copy) == first.source_id
+    assert data.get_source(first.source_id).cap == 2_000_000  # the most restrictive declaration
+    call = data.register_call(b"\x72" * 32, b"\x02" * 32, b"\x05" * 32, 50, 4_000_000, disjoint=True)
+    event = fed.member(0).client.transact(call).event("DatasetRegistered").args
+    assert event["disjoint"] is True and event["sourceId"] != first.source_id
+    assert data.get_source(event["sourceId"]).cap == 4_000_000
+    # another provider's dataset never shares a member's source
+    assert fed.member(1).data.get_dataset(2).source_id not in (first.source_id, event["sourceId"])
+
+
+def test_key_rotation_is_the_owners(fed):
+    with pytest.raises(errors.NotDatasetOwner):
+        fed.member(1).data.rotate_key(1, b"\x09" * 32)
+    with pytest.raises(errors.InvalidDataset):
+        fed.member(0).data.rotate_key(1, b"\x00" * 32)
+    receipt = fed.member(0).data.rotate_key(1, b"\x09" * 32)
+    assert receipt.event("DatasetKeyRotated").args["swarmRef"] == "0x" + "09" * 32
+    assert fed.member(0).data.get_dataset(1).swarm_ref == b"\x09" * 32
 
 
 def test_register_dataset_bounds(fed):
@@ -54,15 +91,15 @@ def test_register_dataset_bounds(fed):
     assert data.get_dataset(dataset_id).samples == 10**12
 
 
-def test_duplicate_content_hash_is_refused_with_the_existing_id(fed):
+def test_a_commitment_is_registered_once(fed):
     data = fed.member(0).data
     first = data.register_dataset(b"\x41" * 32, b"\x02" * 32, b"\x03" * 32, 5, 10)
-    assert data.dataset_by_content(b"\x41" * 32) == first
-    assert data.dataset_by_content(b"\x42" * 32) == 0
-    # the same records from another member, with another reference and cap: refused
+    assert data.dataset_by_commitment(b"\x41" * 32) == first
+    assert data.dataset_by_commitment(b"\x42" * 32) == 0
+    # the same commitment again, from anyone: refused with the existing id
     with pytest.raises(errors.DuplicateDataset) as caught:
         fed.member(1).data.register_dataset(b"\x41" * 32, b"\x09" * 32, b"\x03" * 32, 5, 3_000_000)
-    assert caught.value.args_ == {"contentHash": "0x" + "41" * 32, "existingId": first}
+    assert caught.value.args_ == {"commitment": "0x" + "41" * 32, "existingId": first}
     # also against the datasets registered in the fixture
     with pytest.raises(errors.DuplicateDataset) as caught:
         data.register_dataset(bytes([3]) * 32, b"\x09" * 32, b"\x03" * 32, 5, 10)
@@ -85,13 +122,13 @@ def test_public_holdout_declaration_is_on_chain(fed):
 def test_grant_bounds_the_wrapped_key(fed):
     owner = fed.member(0).data
     with pytest.raises(errors.FieldTooLong) as caught:
-        owner.grant(1, fed.address(1), b"\x01" * 513)
+        owner.grant(1, fed.address(1), b"\x01" * 513, 1)
     assert caught.value.args_ == {"field": "wrappedKey", "length": 513, "limit": 512}
     with pytest.raises(errors.InvalidDataset):
-        owner.grant(1, fed.address(1), b"")
+        owner.grant(1, fed.address(1), b"", 1)
     with pytest.raises(errors.UnknownDataset):
-        owner.grant(2**200, fed.address(1), b"k")
-    owner.grant(1, fed.address(1), b"\x01" * 512)
+        owner.grant(2**200, fed.address(1), b"k", 1)
+    owner.grant(1, fed.address(1), b"\x01" * 512, 1)
 
 
 def test_spends_are_recorded_only_by_the_wired_federated_learning_contract(fed):
@@ -105,5 +142,5 @@ def test_spends_are_recorded_only_by_the_wired_federated_learning_contract(fed):
     # the old path: a dataset's owner recording a spend for any job id it likes
     for who in (deployer, fed.member(1), fed.outsider()):
         with pytest.raises(errors.Unauthorized):
-            who.client.transact(who.data.encode("recordSpend", 1, 7, 1, who.client.address, 1))
-    assert deployer.data.get_dataset(1).privacy_spent == 0
+            who.client.transact(who.data.encode("recordSpend", 1, 7, 1, who.client.address, 1, 0, 0))
+    assert deployer.data.get_source(deployer.data.source_of(1)).spent == 0

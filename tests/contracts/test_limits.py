@@ -1,4 +1,4 @@
-"""The contracts' limits are backend.limits': read from the deployed contracts through their ABI.
+"""The contracts' limits are fl_node.job.limits': read from the deployed contracts through their ABI.
 
 The Solidity constants cannot take their values at deployment (the committee is a fixed-size
 array in storage), so this test is what keeps the two sources equal: change one without the
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from backend import limits
 from backend.ledger import errors
 from backend.ledger.artifacts import load_artifact
 from backend.ledger.resources import JobSpec
+from fl_node.job import limits
 
 
 def _constant(contract, name: str) -> int:

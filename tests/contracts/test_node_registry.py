@@ -47,6 +47,26 @@ def test_admission_needs_a_vote_threshold(fed):
         _apply(newcomer)
 
 
+def test_a_vote_counts_only_while_its_voter_is_a_member(fed):
+    """Issue 32: six members vote for an applicant, then one of them leaves and another is removed;
+    their votes no longer count, so the seventh vote does not admit it (12 - 2 = 10 members need 6,
+    and only 4 + 1 of the voters are still members)."""
+    newcomer = fed.outsider()
+    _apply(newcomer)
+    for i in range(6):
+        fed.member(i).nodes.vote_admission(newcomer.client.address)
+    fed.member(0).nodes.leave()
+    for voter in range(2, 8):  # six of the remaining eleven remove member 1
+        fed.member(voter).nodes.vote_removal(fed.address(1))
+    assert not fed.member(2).nodes.is_member(fed.address(1))
+    assert fed.member(2).nodes.votes_needed() == 6
+    receipt = fed.member(6).nodes.vote_admission(newcomer.client.address)
+    assert receipt.event("AdmissionVoted").args["votes"] == 5  # members 2..6; 0 and 1 are gone
+    assert not newcomer.nodes.is_member(newcomer.client.address)
+    fed.member(7).nodes.vote_admission(newcomer.client.address)
+    assert newcomer.nodes.is_member(newcomer.client.address)
+
+
 def test_registration_checks_key_and_fields(fed):
     ledger = fed.outsider()
     account = ledger.client.account

@@ -13,19 +13,19 @@ import sqlite3
 
 import pytest
 
-from backend.jobs import sealed
-from backend.jobs.config import JobConfig
+from backend.jobs.sealed import envelope
 from devnet.localnet import LocalFederation, NodeSpec
-from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.aggregate import WeightedUpdate, bounded_weights, get_strategy
 from fl_node.codec import content_hash, decode_model, decode_update, encode_model, update_spec
 from fl_node.data import load_dataset
+from fl_node.job import training
+from fl_node.job.config import JobConfig
 from fl_node.partition import partition
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.xdist_group("e2e-sparse"),
 ]
 
 ROUNDS = 2
@@ -83,6 +83,10 @@ def finished(federation):
         "top_k": 2,
         "min_trainers": 2,
         "round_timeout_s": 600,
+        # The plain aggregation (the hybrid average of what the committee accepted, each share
+        # bounded by max_share_bp), which the last test recomputes: the robust default also clips
+        # and masks by the round's other submissions (tests/jobs/robust_checks.py checks that one).
+        "defense": "none",
     }
     job = federation.create_job(federation.nodes[0], payload)
     for node, dataset in zip(federation.nodes, datasets, strict=True):
@@ -114,7 +118,7 @@ def _update_plaintext(federation, update: dict) -> bytes:
     finally:
         connection.close()
     key = next(bytes.fromhex(k) for k, ref in rows if _hex(ref) == _hex(update["reference"]))
-    return sealed.unseal(blob, key, update["content_hash"])
+    return envelope.unseal(blob, key, update["content_hash"])
 
 
 def test_the_job_finishes(finished):
@@ -155,7 +159,7 @@ def test_stored_updates_are_far_below_the_dense_size_and_aggregate_as_the_simula
     config = JobConfig.from_dict(job["config"])
     node = federation.nodes[0]
     rounds = {r["round"]: r for r in finished["rounds"][node.spec.name]}
-    initial = encode_model(config.build_model().state_dict())
+    initial = encode_model(training.build_model(config).state_dict())
     global_state, _ = decode_model(initial)
     spec = update_spec(global_state)
     dense_update = 4 * sum(math.prod(shape) for shape in spec.values())
@@ -174,11 +178,12 @@ def test_stored_updates_are_far_below_the_dense_size_and_aggregate_as_the_simula
             # later round may accept none, and then the model stays as it was (driver.aggregator).
             assert _hex(r["global_model"]["hash"]) == _hex(previous_hash), number
             continue
+        # Bounded influence: each share of the claimed samples capped at max_share_bp
+        # (fl_node.aggregate.bounded_weights; two updates at 50% each weigh 1 / 2).
+        weights = bounded_weights([int(u["samples"]) for u in accepted], config.max_share_bp)
         weighted = [
-            WeightedUpdate(
-                decode_update(plaintexts[u["reference"]], spec), int(u["samples"]), u["content_hash"]
-            )
-            for u in accepted
+            WeightedUpdate(decode_update(plaintexts[u["reference"]], spec), weight, u["content_hash"])
+            for u, weight in zip(accepted, weights, strict=True)
         ]
         # The simulator's aggregation code (fl_node.simulate) on the node's blobs: the same bytes.
         new_state, new_server = strategy.aggregate(global_state, weighted, None)

@@ -35,7 +35,6 @@ REAL_PROCESS_FAULT_MARKS = [
     pytest.mark.e2e,
     pytest.mark.integration,
     pytest.mark.slow,
-    pytest.mark.xdist_group("faults"),
     pytest.mark.timeout(3600),
 ]
 
@@ -48,8 +47,10 @@ ONCE_PER_ROUND = {
     "commitAndRevealScores",
     "skipAggregation",
     "finalizeRound",
-    "proposeGlobalModel",
-    "confirmGlobalModel",
+    "voteGlobalModel",
+    # once per job (no round): the draw secret committed at join, and the draw after its deadline
+    "revealDrawSecret",
+    "drawCommittee",
 }
 # Calls a round may take several of, each about something else: a duplicate is the same one again.
 # spendPrivacy records one release (its amount); a node may record several in a round (a training
@@ -297,15 +298,16 @@ class ProxiedFederation(LocalFederation):
 
     proxy: TcpProxy | None = None
 
-    def _node_env(self, spec, contracts):
-        env = super()._node_env(spec, contracts)
-        if self.proxy is None:
-            from urllib.parse import urlparse
+    def _start_chain(self) -> list[str]:
+        """The anvil started, and every node's chain endpoint the proxy in front of it (the
+        federation sets each node's DEFL_CHAIN_URL from what this returns)."""
+        from urllib.parse import urlparse
 
-            parsed = urlparse(self.anvil.url)
-            self.proxy = TcpProxy(parsed.hostname, parsed.port)
-        env["DEFL_CHAIN_URL"] = self.proxy.url
-        return env
+        urls = super()._start_chain()
+        assert self.anvil is not None, "a proxied federation runs on anvil"
+        parsed = urlparse(self.anvil.url)
+        self.proxy = TcpProxy(parsed.hostname or "127.0.0.1", int(parsed.port or 8545))
+        return [self.proxy.url] * len(urls)
 
     def stop(self) -> None:
         super().stop()

@@ -160,7 +160,7 @@ def model_copies(federation: LocalFederation, job_id: int, nodes=None) -> dict[s
     copies: dict[str, dict[int, str]] = {}
     for node in nodes or federation.nodes:
         session = node.api()
-        response = session.get(f"{node.url}/api/models", params={"limit": 1000}, timeout=60)
+        response = session.get(f"{node.url}/api/models", params={"limit": 500}, timeout=60)
         response.raise_for_status()
         body = response.json()
         rows = body["results"] if isinstance(body, dict) else body

@@ -69,12 +69,20 @@ def job_payload(
 def start_job(federation: LocalFederation, *, brightness: float = 1.0, **options) -> int:
     """Upload each node's part of the digits, create the job, join it everywhere and start it.
 
-    A node refuses records it has registered already (one privacy budget per set of records): a
-    second job on the same federation passes another ``brightness`` (its own records)."""
+    A node refuses records it has registered already, and a provider's datasets share one privacy
+    budget unless declared disjoint: a second job on the same federation passes another
+    ``brightness`` (records of its own), and its datasets are declared disjoint (budgets of their
+    own, which the first job has not spent)."""
     parts = digits_parts(len(federation.nodes), brightness=brightness)
     datasets = [
         federation.upload_dataset(
-            node, x, y, name=f"{node.spec.name}-digits", classes=range(10), epsilon_cap=10.0
+            node,
+            x,
+            y,
+            name=f"{node.spec.name}-digits",
+            classes=range(10),
+            epsilon_cap=10.0,
+            disjoint=brightness != 1.0,
         )
         for node, (x, y) in zip(federation.nodes, parts, strict=True)
     ]
@@ -134,6 +142,17 @@ def run_kill_a_trainer(federation: LocalFederation) -> dict:
             for e in events(federation, job_id)
         )
 
+    def victim_worked_later():
+        """An update or revealed scores of the victim in a later round: committees are drawn
+        uniformly each round, so the restarted node may sit on every later committee (it scores
+        then, and cannot train)."""
+        return any(
+            (e.name, (e.args.get("trainer") or e.args.get("member") or "").lower())
+            in (("UpdateSubmitted", victim_address), ("ScoresSubmitted", victim_address))
+            and e.args["round"] > 1
+            for e in events(federation, job_id)
+        )
+
     job = federation.wait_for_job(job_id, timeout_s=1500)
     caught_up_s = time.monotonic() - restarted_at
     return {
@@ -142,6 +161,7 @@ def run_kill_a_trainer(federation: LocalFederation) -> dict:
         "committee": committee.address.lower(),
         "victim": victim_address,
         "victim_submitted_later": victim_submitted_later(),
+        "victim_worked_later": victim_worked_later(),
         "round_finalized_without_victim_s": finalized_after_s,
         "restart_to_job_end_s": caught_up_s,
         "events": events(federation, job_id),

@@ -20,6 +20,7 @@ from backend.jobs.driver import actions
 from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
 from fl_node.privacy import ReleasePlan
+from tests.builders import stored_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -29,14 +30,6 @@ JOB = 7
 TRAIN = ReleasePlan("dp_sgd", noise_multiplier=2.0, sample_rate=0.01, steps=1)
 SCORES = ReleasePlan("score_count", noise_multiplier=20.0, sample_rate=1.0, steps=1)
 Status = PrivacyRelease.Status
-
-
-def _dataset() -> Dataset:
-    return Dataset.objects.create(
-        name="mine", format="npz", num_samples=1000, feature_shape=[4], num_features=4,
-        classes=["a", "b"], schema_hash="0" * 64, content_hash="1" * 64, size_bytes=1,
-        encrypted_reference="", status="stored", epsilon_cap=1e6, delta=1e-5, onchain_id="1",
-    )  # fmt: skip
 
 
 def _job(current_round: int, phase: str, status=mirror.Job.Status.RUNNING) -> mirror.Job:
@@ -72,7 +65,7 @@ def _scores_from(member: str, round_: int) -> None:
 
 
 def test_reservations_of_closed_rounds_are_settled_by_what_the_chain_shows():
-    dataset = _dataset()
+    dataset = stored_dataset("mine", epsilon_cap=1e6, onchain_id="1")
     job = _job(current_round=3, phase=mirror.Round.Status.TRAINING)
     me = SimpleNamespace(address=ME)
     # Round 1: killed while training, the round closed without its update.
@@ -119,7 +112,7 @@ def test_reservations_of_closed_rounds_are_settled_by_what_the_chain_shows():
 
 
 def test_another_jobs_and_another_nodes_reservations_are_left_alone():
-    dataset = _dataset()
+    dataset = stored_dataset("mine", epsilon_cap=1e6, onchain_id="1")
     _job(current_round=3, phase=mirror.Round.Status.TRAINING)
     budget.reserve_release(dataset, JOB + 1, 1, TRAIN)  # another job, same dataset
     actions.settle_closed_releases(SimpleNamespace(address=NODES[3]), JOB)  # no dataset of its own here
@@ -130,7 +123,7 @@ def test_another_jobs_and_another_nodes_reservations_are_left_alone():
 
 
 def test_more_open_reservations_than_one_call_settles_are_all_settled():
-    dataset = _dataset()
+    dataset = stored_dataset("mine", epsilon_cap=1e6, onchain_id="1")
     _job(current_round=2, phase=mirror.Round.Status.TRAINING)
     for _ in range(budget.MAX_ABANDONED * 2 + 3):  # a crash loop: far more than a call's bound
         budget.reserve_release(dataset, JOB, 1, TRAIN)

@@ -13,9 +13,9 @@ each phase in turn, in whichever round it is next seen, one restart at a time:
 
     training     a trainer whose TRAIN action is running
     scoring      a committee member that has started scoring (SCORE action open)
-    proposing    the elected committee's first seat once it has started aggregating (it proposes)
-    aggregating  another elected member aggregating before any proposal is on chain
-    confirming   another elected member with the proposal on chain, before it confirmed
+    aggregating  a member of the drawn next committee aggregating before any vote is on chain
+    voting       a member of the next committee aggregating with another member's vote on chain,
+                 before its own
 
 The phase is read as the node knows it (its action rows, tests/faults/phases.py) and the chain
 (the first node's mirror), both from the nodes' databases: milliseconds a look, where the API
@@ -27,26 +27,37 @@ and no transaction sent twice.
 Committee members SIGKILLed: one while scoring, another while aggregating
 -------------------------------------------------------------------------
 Committees of three (a majority of two fixes a model), two trainers a round, a job of
-COMMITTEE_ROUNDS rounds; neither killed node comes back:
+COMMITTEE_ROUNDS rounds; neither killed node comes back. Every committee is drawn uniformly from
+the participants (FederatedLearning: a seed from the members' committed secrets), so who sits
+where is read from the chain after each draw, never assumed:
 
 1. Round 1: the member in the last seat is killed once it has started scoring (its SCORE
    action exists, its scores are not revealed). The two others reveal once the commit
-   deadline passed, and the round finalizes without it. The committee elected then (the
-   round's two trainers by rank, then the current committee's first seat) does not contain it.
-2. The elected committee's first seat (the proposer) is killed once it has started
-   aggregating round 1. The two others propose after their fallback and confirm: a majority
-   fixes round 1's model without it.
-3. What the contract does with a member that is gone: it keeps its seat (round 2 is scored
-   by the committee elected in round 1, the proposer included), and the committee elected in
-   round 2 fills the seats its trainers leave from the current committee in seat order, alive
-   or not. The seat is skipped each time (two of three commit, reveal and vote), and the job
-   completes. No transaction is sent twice; every live node's copy of each round's model
-   hashes to the chain's ``GlobalModelFixed``.
+   deadline passed, and the round finalizes without it. If it had committed before it died it
+   withheld its reveal: the contract bans it from later seats (ScoresWithheld) and the next
+   committee is drawn without it; if not, it is a participant like any other, and the draw may
+   seat it. Either way the next committee is the draw of the round's seed (fl_node.committee).
+2. Round 1's aggregating committee (the drawn next committee) loses one member before it votes:
+   the killed scorer itself when the draw seated it, else its first seat, killed while it
+   aggregates: every node runs with the test hook ``DEFL_HOLD_PROPOSALS_FILE``, and while that
+   file exists every member holds its vote (its aggregate stored, nothing sent; votes are
+   symmetric, so two others voting first would fix the model before the first seat ever
+   aggregated), so the kill lands before any vote however loaded the machine is. The file is
+   removed once it is dead.
+   The two others vote: a majority fixes round 1's model without it.
+3. What the contract does with members that are gone: they keep their seats (round 2 is scored
+   by the committee drawn in round 1, the gone member included) and later draws may seat them
+   (a member that died uncommitted is not banned). A seat that is gone is skipped each time (two
+   of three commit, reveal and vote); an aggregating committee the draw gave two gone members
+   cannot fix a model, and the round is skipped at its deadline. The job completes either way.
+   No transaction is sent twice; every live node's copy of each round's model hashes to the
+   chain's ``GlobalModelFixed``.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from faultnet import (
@@ -72,10 +83,11 @@ from phases import (
 from scenarios import round_phase, start_job
 
 from devnet.localnet import TERMINAL, NodeSpec
+from fl_node.committee import draw_committee
 
 pytestmark = REAL_PROCESS_FAULT_MARKS
 
-PHASES = ("training", "scoring", "proposing", "aggregating", "confirming")
+PHASES = ("training", "scoring", "aggregating", "voting")
 ROUNDS = 4  # three would do if no phase's window were missed; one more leaves room
 COMMITTEE_ROUNDS = 2
 
@@ -119,7 +131,7 @@ def _find(fed, job_id: int, pending: list[str]):
         return None
     _status, number, current, committee, elected = seen
     rows = {node.address.lower(): (node, actions_of(node, job_id)) for node in fed.nodes}
-    proposed = None
+    voters: set[str] | None = None
     for phase in pending:
         for address, (node, actions) in rows.items():
             if current == "training":
@@ -131,24 +143,38 @@ def _find(fed, job_id: int, pending: list[str]):
                     return phase, node, number
                 if phase == "scoring" and address in committee and _open(actions, number, "score"):
                     return phase, node, number
-            elif current == "aggregating" and address in elected:
+            elif current == "aggregating" and address in elected and phase in ("aggregating", "voting"):
                 if not _open(actions, number, "aggregate"):
                     continue
-                seat = elected.index(address)
-                if phase == "proposing" and seat == 0:
+                if voters is None:  # votes are symmetric: any member's vote may come first
+                    voters = {
+                        e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelVoted", number)
+                    }
+                if address in voters:
+                    continue  # voted: its action is ending
+                if bool(voters) == (phase == "voting"):
                     return phase, node, number
-                if phase in ("aggregating", "confirming") and seat > 0:
-                    if proposed is None:
-                        proposed = bool(fl_events(fed, job_id, "GlobalModelProposed", number))
-                    if proposed == (phase == "confirming"):
-                        return phase, node, number
     return None
+
+
+class HeldProposalsFederation(FastFallbackFederation):
+    """Every node holds its vote as a first seat while ``hold_file`` exists (the test hook
+    DEFL_HOLD_PROPOSALS_FILE); nothing is held while it does not, as in the restarts' job."""
+
+    @property
+    def hold_file(self) -> Path:
+        return Path(self.root) / "hold-proposals"
+
+    def _node_env(self, spec, contracts):
+        return super()._node_env(spec, contracts) | {"DEFL_HOLD_PROPOSALS_FILE": str(self.hold_file)}
 
 
 @pytest.fixture(scope="module")
 def five_nodes(tmp_path_factory):
     specs = [NodeSpec(f"org-{c}") for c in "abcde"]
-    with FastFallbackFederation(tmp_path_factory.mktemp("faults-members"), specs, log=lambda _l: None) as fed:
+    root = tmp_path_factory.mktemp("faults-members")
+    # A production deployment: committees of three are what both jobs run.
+    with HeldProposalsFederation(root, specs, allow_small_committees=False, log=lambda _l: None) as fed:
         yield fed
 
 
@@ -232,6 +258,9 @@ def _wait_for_end(federation, job_id: int, alive, timeout_s: float) -> dict:
 def killed_members(five_nodes):
     fed = five_nodes
     assert _all_running(fed), "a node of the federation is down before the committee is killed"
+    # From the start a first seat holds its vote (until the file goes): round 1's training can be
+    # over within the second between two polls of its phase, so the hold is not left for later.
+    fed.hold_file.touch()
     job_id = start_job(
         fed,
         brightness=0.9,  # records of its own: the restarts' job registered the plain digits
@@ -241,7 +270,8 @@ def killed_members(five_nodes):
         round_timeout_s=30,
         score_timeout_s=12,
     )
-    wait_until(lambda: round_phase(fed, job_id, 1) == "training", 120, "round 1 training")
+    # Round 1 opened (in training or already past it: the scorer is caught below, in its scoring).
+    wait_until(lambda: round_phase(fed, job_id, 1) is not None, 120, "round 1 open", every_s=0.2)
     first_committee = [a.lower() for a in round_info(fed, job_id, 1)["committee"]]
     scorer = node_by_address(fed, first_committee[-1])
 
@@ -260,21 +290,29 @@ def killed_members(five_nodes):
     )
     round_1_finalized_s = time.monotonic() - scorer_killed
     elected = [a.lower() for a in round_info(fed, job_id, 1, watcher)["next_committee"]]
-    proposer = node_by_address(fed, elected[0])
-    # Killed as soon as it is elected: its aggregation (recompute, propose) takes about a
-    # second, so waiting to see its AGGREGATE row first loses the race to the fix.
-    fixed_before_kill = 1 in fixed_hashes(fed, job_id)
-    kill_node(proposer)
-    alive = [n for n in fed.nodes if n not in (scorer, proposer)]
+    if scorer.address.lower() in elected:
+        # The draw seated the dead scorer on round 1's aggregating committee: it is the member gone
+        # before its vote, and no other is killed (two gone of three would leave no majority).
+        fed.hold_file.unlink()
+        gone = scorer
+    else:
+        gone = node_by_address(fed, elected[0])
+        # It holds its vote while the file exists: seen aggregating, it is killed before it voted.
+        wait_until(
+            lambda: has_action(gone, job_id, 1, "aggregate"), 300, "the first seat aggregating round 1"
+        )
+        kill_node(gone)
+        fed.hold_file.unlink()
+    alive = [n for n in fed.nodes if n not in (scorer, gone)]
     job = _wait_for_end(fed, job_id, alive, 900)
     yield {
         "job_id": job_id,
         "job": job,
         "first_committee": first_committee,
         "scorer": scorer.address.lower(),
-        "proposer": proposer.address.lower(),
+        "scorer_committed": acted(fed, job_id, "ScoresCommitted", 1, scorer.address, "member"),
+        "gone": gone.address.lower(),
         "elected_1": elected,
-        "fixed_before_kill": fixed_before_kill,
         "round_1_finalized_s": round_1_finalized_s,
         "calls": sent_transactions(fed),
         "fed": fed,
@@ -282,41 +320,73 @@ def killed_members(five_nodes):
     }
 
 
-def test_the_round_finalizes_without_the_killed_scorer_and_it_is_not_elected(killed_members):
+def _drawn(fed, job_id: int) -> list[str]:
+    """The participants that revealed their draw secret: every committee is drawn from them."""
+    return [e.args["node"].lower() for e in fl_events(fed, job_id, "DrawSecretRevealed")]
+
+
+def _withheld(fed, job_id: int, through_round: int) -> list[str]:
+    return [
+        e.args["member"].lower()
+        for e in fl_events(fed, job_id, "ScoresWithheld")
+        if e.args["round"] <= through_round
+    ]
+
+
+def test_the_round_finalizes_without_the_killed_scorer_and_the_next_committee_is_drawn(killed_members):
+    """Round 1 finalizes on the two live reveals. The committee drawn for the next round is the
+    draw of the round's seed over the participants (fl_node.committee.draw_committee, the banned
+    last): the killed scorer is banned from it exactly when it had committed to scores it then
+    never revealed."""
     r = killed_members
     fed, job_id, scorer = r["fed"], r["job_id"], r["scorer"]
     assert not acted(fed, job_id, "ScoresSubmitted", 1, scorer, "member")
     revealed = {e.args["member"].lower() for e in fl_events(fed, job_id, "ScoresSubmitted", 1)}
     assert revealed == set(r["first_committee"]) - {scorer}, revealed
-    assert fl_events(fed, job_id, "RoundFinalized", 1)
-    assert scorer not in r["elected_1"], r["elected_1"]
+    (finalized,) = fl_events(fed, job_id, "RoundFinalized", 1)
+    withheld = _withheld(fed, job_id, 1)
+    assert withheld == ([scorer] if r["scorer_committed"] else []), (withheld, r["scorer_committed"])
+    seed = bytes.fromhex(str(finalized.args["seed"]).removeprefix("0x"))
+    drawn = draw_committee(seed, _drawn(fed, job_id), 3, banned=withheld)
+    assert [a.lower() for a in finalized.args["nextCommittee"]] == drawn == r["elected_1"]
+    if r["scorer_committed"]:
+        assert scorer not in r["elected_1"], r["elected_1"]
+    print(f"killed scorer committed: {r['scorer_committed']}; drawn next: {drawn}; gone voter: {r['gone']}")
 
 
-def test_the_remaining_members_fix_the_model_without_the_killed_proposer(killed_members):
+def test_the_remaining_members_fix_the_model_without_the_gone_member(killed_members):
     r = killed_members
-    fed, job_id, proposer = r["fed"], r["job_id"], r["proposer"]
-    if r["fixed_before_kill"]:  # the race to the kill was lost on a slow machine: nothing to show
-        pytest.skip("round 1's model was fixed before the elected proposer could be killed")
+    fed, job_id, gone = r["fed"], r["job_id"], r["gone"]
     assert 1 in fixed_hashes(fed, job_id), "round 1's model was not fixed (nor should it be skipped)"
-    # The others voted (the killed one may have proposed before it died: then one confirmation
-    # of the two others made the majority, else both of them).
-    voters = {e.args["proposer"].lower() for e in fl_events(fed, job_id, "GlobalModelProposed", 1)}
-    voters |= {e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelConfirmed", 1)}
-    assert len(voters - {proposer}) >= (1 if proposer in voters else 2), voters
+    # The gone member never voted (killed before its vote, or dead already); the two others did.
+    voters = {e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelVoted", 1)}
+    assert voters == set(r["elected_1"]) - {gone}, voters
 
 
-def test_the_job_completes_with_the_gone_members_seat_skipped(killed_members):
+def test_the_job_completes_with_the_gone_members_seats_skipped(killed_members):
     r = killed_members
-    fed, job_id, proposer = r["fed"], r["job_id"], r["proposer"]
+    fed, job_id = r["fed"], r["job_id"]
+    gone = {r["scorer"], r["gone"]}
     assert r["job"]["status"] == "finished", r["job"]
-    assert set(fixed_hashes(fed, job_id)) == set(range(1, COMMITTEE_ROUNDS + 1))
-    # What the contract does with a member that is gone: round 2's committee is the one elected
-    # in round 1 (the proposer sits in it), and nothing it must do in round 2 is done.
-    assert proposer in [a.lower() for a in round_info(fed, job_id, 2, r["alive"][0])["committee"]]
-    for name, field in (("ScoresCommitted", "member"), ("ScoresSubmitted", "member")):
-        assert not acted(fed, job_id, name, 2, proposer, field)
-    elected_2 = [a.lower() for a in round_info(fed, job_id, 2, r["alive"][0])["next_committee"]]
-    print(f"committee elected in round 2: {elected_2}; gone: {proposer}, {r['scorer']}")
+    # What the contract does with members that are gone: round 2 is scored by the committee drawn
+    # in round 1 (the gone voter sits in it), and nothing a gone member must do is done.
+    (opened,) = fl_events(fed, job_id, "RoundOpened", 2)
+    assert [a.lower() for a in opened.args["committee"]] == r["elected_1"]
+    for member in gone:
+        for name in ("ScoresCommitted", "ScoresSubmitted", "GlobalModelVoted"):
+            assert not acted(fed, job_id, name, 2, member, "member"), (member, name)
+    # Round 2's aggregating committee is a fresh draw, which may seat gone members: with two of
+    # them no majority is left, and the round is skipped at its deadline; else it is fixed.
+    (finalized,) = fl_events(fed, job_id, "RoundFinalized", 2)
+    elected_2 = [a.lower() for a in finalized.args["nextCommittee"]]
+    seed = bytes.fromhex(str(finalized.args["seed"]).removeprefix("0x"))
+    assert elected_2 == draw_committee(seed, _drawn(fed, job_id), 3, banned=_withheld(fed, job_id, 2))
+    fixed, skipped = fixed_hashes(fed, job_id), fl_events(fed, job_id, "AggregationSkipped", 2)
+    if len(set(elected_2) - gone) >= 2:
+        assert set(fixed) == set(range(1, COMMITTEE_ROUNDS + 1)) and not skipped, (fixed, skipped)
+    else:
+        assert 2 not in fixed and skipped, (fixed, skipped)
+    print(f"committee drawn in round 2: {elected_2}; gone: {sorted(gone)}; round 2 skipped: {bool(skipped)}")
 
 
 def test_no_transaction_is_sent_twice(killed_members):

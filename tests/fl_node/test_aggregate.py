@@ -347,6 +347,7 @@ for name in ("fedavg", "median", "hybrid", "fedyogi", "multi_krum"):
 """
 
 
+@pytest.mark.slow  # two interpreters of their own, importing torch
 def test_aggregation_is_identical_across_processes():
     children = [
         subprocess.Popen(

@@ -163,6 +163,7 @@ print(content_hash(encode_update(update)))
 """
 
 
+@pytest.mark.slow  # two interpreters of their own, importing torch
 def test_encoding_is_identical_across_processes():
     script = _HASH_IN_CHILD.format(repo=str(REPO))
     children = [

@@ -85,3 +85,79 @@ def test_map_features_transforms_every_split():
     ]:
         np.testing.assert_array_equal(after.y, before.y)
         np.testing.assert_allclose(after.x[:, 64:], 2 * before.x.reshape(len(before), -1))
+
+
+# ---------------------------------------------------------------- a provider's keyed split
+
+KEY = bytes(range(32))
+
+
+def _records(count: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.random((count, 6)).astype(np.float32), rng.integers(0, 4, count)
+
+
+def test_adding_one_record_moves_no_other_record_across_any_split():
+    """D and D plus x: every part (train, validation, the public hold-out) differs in x alone."""
+    from fl_node.data import keyed_holdout, keyed_split, record_digests
+
+    x, y = _records(1001)
+    with_x = record_digests(x, y)
+    without = with_x[:-1]
+    for label, fractions in [
+        ("job-seed:7", (0.9, 0.1)),
+        ("public-holdout", (0.8, 0.2)),
+        ("three", (0.6, 0.3, 0.1)),
+    ]:
+        before = keyed_split(KEY, without, fractions, label=label)
+        after = keyed_split(KEY, with_x, fractions, label=label)
+        changed = [set(a.tolist()) ^ set(b.tolist()) for a, b in zip(before, after, strict=True)]
+        assert sorted(set().union(*changed)) == [1000]  # only x, on exactly one side
+        assert sum(len(c) for c in changed) == 1
+    kept, held = keyed_holdout(KEY, with_x, 0.1, label="job-seed:7")
+    assert len(kept) + len(held) == 1001 and 50 < len(held) < 160
+
+
+def test_the_old_seeded_stratified_split_moved_hundreds_of_records():
+    """What the keyed split replaces: a permutation seeded by the whole dataset moves ~a third."""
+    from fl_node.data import stratified_split
+
+    _, y = _records(1001)
+    before = stratified_split(y[:-1], (0.9, 0.1), seed=1)[1]
+    after = stratified_split(y, (0.9, 0.1), seed=2)[1]  # the seed was the content hash: it changes
+    assert len(set(before.tolist()) ^ set(after.tolist())) > 100
+
+
+def test_keyed_positions_are_record_functions_independent_of_order_and_key_dependent():
+    from fl_node.data import keyed_split, record_digests, record_positions
+
+    x, y = _records(400, seed=1)
+    digests = record_digests(x, y)
+    order = np.random.default_rng(0).permutation(400)
+    shuffled = [digests[i] for i in order]
+    np.testing.assert_array_equal(
+        record_positions(KEY, digests, "a")[order], record_positions(KEY, shuffled, "a")
+    )
+    # Another key or another use: unrelated positions.
+    assert not np.array_equal(record_positions(KEY, digests, "a"), record_positions(KEY, digests, "b"))
+    assert not np.array_equal(record_positions(KEY, digests, "a"), record_positions(b"k" * 32, digests, "a"))
+    # Copies of one record are separate records (the k-th copy's side depends on the record and k).
+    twice = record_digests(np.repeat(x[:1], 200, axis=0), np.repeat(y[:1], 200))
+    kept, held = keyed_split(KEY, twice, (0.5, 0.5), label="a")
+    assert 50 < len(held) < 150
+    with pytest.raises(ValueError, match="16 bytes"):
+        record_positions(b"short", digests, "a")
+    with pytest.raises(ValueError, match="sum to 1"):
+        keyed_split(KEY, digests, (0.5, 0.4), label="a")
+
+
+def test_a_tiny_dataset_keeps_a_record_on_each_side():
+    from fl_node.data import keyed_holdout, record_digests
+
+    x, y = _records(3, seed=2)
+    digests = record_digests(x, y)
+    for label in (f"job-seed:{i}" for i in range(40)):
+        kept, held = keyed_holdout(KEY, digests, 0.1, label=label)
+        assert len(kept) and len(held) and sorted([*kept, *held]) == [0, 1, 2]
+    with pytest.raises(ValueError, match="two records"):
+        keyed_holdout(KEY, digests[:1], 0.1, label="a")

@@ -12,9 +12,10 @@ from torch import nn
 
 from fl_node.data import load_dataset
 from fl_node.dp_engine import BookKeepingDP, StepNoise, unsupported_reason
+from fl_node.dp_sgd import resolve_grad_sample_mode
 from fl_node.models import create_model
 from fl_node.secure_random import SecureRandom
-from fl_node.train import TrainConfig, resolve_grad_sample_mode, train_local
+from fl_node.train import TrainConfig, train_local
 
 warnings.filterwarnings("ignore", message=".*(Secure RNG|backward hook).*")
 CUDA = torch.cuda.is_available()
@@ -228,7 +229,7 @@ def test_supported_models_and_fallback(caplog):
         assert resolve_grad_sample_mode(model, "bk") == "bk"
     text = create_model("text", input_shape=(16,), num_classes=3, seed=0, vocab_size=50)
     assert "MeanPoolTextClassifier" in unsupported_reason(text)
-    with caplog.at_level(logging.INFO, logger="fl_node.train"):
+    with caplog.at_level(logging.INFO, logger="fl_node.dp_sgd"):
         assert resolve_grad_sample_mode(text, "bk") == "ew"
     assert "does not support this model" in caplog.text
     assert resolve_grad_sample_mode(text, "hooks") == "hooks"

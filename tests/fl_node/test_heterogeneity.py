@@ -10,8 +10,8 @@ import torch
 
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.heterogeneity import (
-    FederationConfig,
     JobWork,
+    Members,
     idle_ratio,
     job_rounds_from_pool,
     measure_step_times,
@@ -19,6 +19,8 @@ from fl_node.heterogeneity import (
     simulate_node_jobs,
     slowdowns,
 )
+from fl_node.job.config import DPConfig
+from fl_node.job.simulated import job_for
 from fl_node.scheduler import Device, DeviceSlot, TaskDemand, processed_samples
 from fl_node.simulate import prepared_model_and_data
 from fl_node.train import TrainConfig
@@ -28,6 +30,21 @@ from fl_node.train import TrainConfig
 def digits():
     torch.set_num_threads(1)
     return prepared_model_and_data("digits", "mlp", seed=0)
+
+
+def adaptive_job(splits, *, base_steps: int, rounds: int, epsilon: float | None = None, **fields):
+    """An adaptive-work job whose nominal steps are ``base_steps`` (the bound is four times that)."""
+    dp = DPConfig(mode="sgd", target_epsilon=epsilon, delta=1e-4) if epsilon else DPConfig(mode="none")
+    return job_for(
+        splits,
+        "mlp",
+        rounds=rounds,
+        batch_size=16,
+        adaptive_work=True,
+        max_local_steps=4 * base_steps,
+        dp=dp,
+        **fields,
+    )
 
 
 def test_slowdowns_spread_evenly():
@@ -47,13 +64,13 @@ def test_measure_step_times_times_real_steps(digits):
 
 def test_adaptive_work_cuts_idle_time_and_keeps_accuracy(digits):
     splits, model = digits
-    config = FederationConfig(members=4, rounds=6, base_steps=6, batch_size=16)
+    job = adaptive_job(splits, base_steps=6, rounds=6)
     pool = [0.01]  # a steady step time: the waiting is then only the members' unequal speeds
-    fixed = run_federation(config, "fixed", splits, copy.deepcopy(model), pool)
-    adaptive = run_federation(config, "adaptive", splits, copy.deepcopy(model), pool)
+    fixed = run_federation(job, Members(4), "fixed", splits, copy.deepcopy(model), pool)
+    adaptive = run_federation(job, Members(4), "adaptive", splits, copy.deepcopy(model), pool)
     assert all(timing.steps == (6, 6, 6, 6) for timing in fixed.rounds)
     last = adaptive.rounds[-1].steps
-    assert last[0] > last[-1] and last[0] <= config.max_steps  # the fastest does the most work
+    assert last[0] > last[-1] and last[0] <= job.max_local_steps  # the fastest does the most work
     assert fixed.idle_fraction > 0.3
     assert idle_ratio(adaptive, fixed) <= 0.5
     # The same rounds of the slowest member's deadline: adaptive rounds are no longer.
@@ -63,8 +80,8 @@ def test_adaptive_work_cuts_idle_time_and_keeps_accuracy(digits):
 
 def test_adaptive_work_is_charged_to_privacy(digits):
     splits, model = digits
-    config = FederationConfig(members=4, rounds=3, base_steps=3, batch_size=16, epsilon=4.0, delta=1e-4)
-    run = run_federation(config, "adaptive", splits, copy.deepcopy(model), [0.01])
+    job = adaptive_job(splits, base_steps=3, rounds=3, epsilon=4.0)
+    run = run_federation(job, Members(4), "adaptive", splits, copy.deepcopy(model), [0.01])
     steps = [sum(timing.steps[i] for timing in run.rounds) for i in range(4)]
     assert steps[0] > steps[-1]
     # The fastest member ran more steps and spent more; everyone stays within the target.
@@ -72,18 +89,14 @@ def test_adaptive_work_is_charged_to_privacy(digits):
     assert max(run.epsilons) <= 4.0 + 1e-6
 
 
-def test_adaptive_arm_averages_by_fednova_with_the_chosen_server_step(digits):
+def test_the_adaptive_arm_aggregates_as_the_node_does_and_needs_an_adaptive_job(digits):
     splits, model = digits
-    config = FederationConfig(members=2, rounds=2, base_steps=2, batch_size=16)
-    for step in ("mean", "base"):
-        run = run_federation(
-            replace(config, effective_work=step), "adaptive", splits, copy.deepcopy(model), [0.01]
-        )
-        assert len(run.accuracies) == 2 and 0 <= run.accuracy <= 1
-    with pytest.raises(ValueError, match="effective_work"):
-        run_federation(
-            replace(config, effective_work="max"), "adaptive", splits, copy.deepcopy(model), [0.01]
-        )
+    job = adaptive_job(splits, base_steps=2, rounds=2)
+    run = run_federation(job, Members(2), "adaptive", splits, copy.deepcopy(model), [0.01])
+    assert len(run.accuracies) == 2 and 0 <= run.accuracy <= 1
+    fixed_job = replace(job, adaptive_work=False, max_local_steps=0)
+    with pytest.raises(ValueError, match="adaptive_work"):
+        run_federation(fixed_job, Members(2), "adaptive", splits, copy.deepcopy(model), [0.01])
 
 
 def test_aggregation_weights_follow_the_samples_processed():

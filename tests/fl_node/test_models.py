@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from fl_node import models
 from fl_node.models import available_models, create_model, register_model
 
 IMAGE = {"input_shape": (1, 28, 28), "num_classes": 10}
@@ -72,7 +73,11 @@ def test_dotted_path_and_kwargs():
     assert isinstance(model, TinyLinear) and model.fc.out_features == 7
 
 
-def test_decorator_registers_a_factory():
+def test_decorator_registers_a_factory(monkeypatch):
+    # The registry is the process's: a copy for this test, or the name would leak into every later
+    # test of this worker (the API's model list, its schema).
+    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))
+
     @register_model("test_tiny")
     def tiny(*, input_shape, num_classes):
         return nn.Sequential(nn.Flatten(), nn.Linear(784, num_classes))

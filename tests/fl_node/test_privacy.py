@@ -1,14 +1,19 @@
-"""Accounting matches Opacus, budgets compose and refuse, the update mechanism clips and noises."""
+"""Replace-one accounting: the quadrature against closed forms and adaptive quadrature, PLD beneath
+RDP, replace-one never cheaper than add/remove; budgets compose and refuse; the update mechanism
+clips and noises."""
 
 import json
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
-from opacus.accountants import PRVAccountant, RDPAccountant
+from opacus.accountants.analysis import rdp as add_remove_rdp
 
 from fl_node.privacy import (
+    ADJACENCY,
+    ORDERS,
     BudgetLedger,
     PrivacyBudgetExceeded,
     PrivacyHistory,
@@ -17,7 +22,9 @@ from fl_node.privacy import (
     clip_update,
     epsilon,
     global_norm,
+    replace_one_rdp,
 )
+from fl_node.privacy_audit import INTEGER_ORDERS, independent_rdp_curve
 
 
 def _history():
@@ -37,21 +44,48 @@ def test_history_merges_runs_and_round_trips_json():
     json.loads(history.to_json())  # plain JSON a node can store
 
 
-def test_epsilons_match_opacus_accountants():
+def test_the_accounting_is_replace_one():
+    assert ADJACENCY == "replace-one"
+
+
+@pytest.mark.parametrize(("sigma", "rate"), [(0.6, 0.01), (1.0, 0.2), (3.7, 0.18), (12.0, 0.5), (1.0, 0.95)])
+def test_replace_one_curve_agrees_with_adaptive_quadrature(sigma, rate):
+    """Two numerical methods on the same divergence: the trapezoid rule and scipy's adaptive quad."""
+    history = PrivacyHistory()
+    history.record(noise_multiplier=sigma, sample_rate=rate)
+    ours = replace_one_rdp(sigma, rate)[[list(ORDERS).index(a) for a in INTEGER_ORDERS]]
+    np.testing.assert_allclose(ours, independent_rdp_curve(history), rtol=1e-9)
+
+
+def test_replace_one_unsampled_is_two_gaussians_two_apart_and_costs_more_than_add_remove():
+    np.testing.assert_allclose(replace_one_rdp(3.0, 1.0), 2 * np.asarray(ORDERS) / 9.0)
+    # Sampled: never below the add/remove curve of the same mechanism (a replacement is worse
+    # than a removal), and close to it only where the sampling makes both negligible.
+    for sigma, rate in [(1.0, 0.05), (3.7, 0.18), (8.0, 0.6)]:
+        ours = replace_one_rdp(sigma, rate)
+        theirs = add_remove_rdp.compute_rdp(q=rate, noise_multiplier=sigma, steps=1, orders=list(ORDERS))
+        assert np.all(ours >= theirs)
+
+
+def test_pld_is_beneath_rdp_and_both_are_replace_one():
     history = _history()
-    rdp, prv = RDPAccountant(), PRVAccountant()
-    rdp.history = history.as_tuples()
-    prv.history = history.as_tuples()
-    assert epsilon(history, delta=1e-5) == pytest.approx(rdp.get_epsilon(delta=1e-5), rel=1e-9)
-    assert epsilon(history, delta=1e-5, accountant="prv") == pytest.approx(
-        prv.get_epsilon(delta=1e-5), rel=1e-6
-    )
-    # PRV is the tighter bound, RDP the conservative one that budgets enforce
-    assert epsilon(history, delta=1e-5, accountant="prv") <= epsilon(history, delta=1e-5)
+    rdp, pld = epsilon(history, delta=1e-5), epsilon(history, delta=1e-5, accountant="pld")
+    assert 0 < pld <= rdp
+    add_remove = add_remove_rdp.get_privacy_spent(
+        orders=list(ORDERS),
+        rdp=sum(
+            add_remove_rdp.compute_rdp(q=q, noise_multiplier=s, steps=n, orders=list(ORDERS))
+            for s, q, n in history.as_tuples()
+        ),
+        delta=1e-5,
+    )[0]
+    assert rdp > add_remove  # the same releases cost more under replace-one
     assert epsilon(PrivacyHistory(), delta=1e-5) == 0.0
 
 
 def test_bad_accountant_and_mechanism_parameters():
+    with pytest.raises(ValueError, match="unknown accountant 'prv'"):
+        epsilon(_history(), delta=1e-5, accountant="prv")  # Opacus's PRV is add/remove only
     with pytest.raises(ValueError, match="unknown accountant 'gdp2'"):
         epsilon(_history(), delta=1e-5, accountant="gdp2")
     with pytest.raises(ValueError, match="delta"):
@@ -72,10 +106,10 @@ def test_calibrated_noise_meets_target():
 def test_ledger_composes_with_rdp_not_by_adding_epsilons():
     ledger = BudgetLedger(epsilon_cap=10.0, delta=1e-5)
     single = PrivacyHistory()
-    single.record(noise_multiplier=1.0, sample_rate=0.05, steps=200)
+    single.record(noise_multiplier=2.0, sample_rate=0.05, steps=200)
     one_job = epsilon(single, delta=1e-5)
     for _ in range(2):
-        ledger.record(noise_multiplier=1.0, sample_rate=0.05, steps=200)
+        ledger.record(noise_multiplier=2.0, sample_rate=0.05, steps=200)
     assert one_job < ledger.spent() < 2 * one_job
     assert ledger.remaining() == pytest.approx(10.0 - ledger.spent())
     assert BudgetLedger.from_json(ledger.to_json()).spent() == pytest.approx(ledger.spent())
@@ -123,8 +157,9 @@ def test_update_mechanism_noise_scale_and_accounting():
     clipped = clip_update(big, clip_norm=0.5)["w"]
     assert (noised["w"] - clipped).std().item() == pytest.approx(1.0, rel=0.03)  # z * C = 2 * 0.5
     mech.privatize(big)
-    # Record-level sensitivity 2C: the accountant sees std / (2C) = z / 2.
-    assert mech.history.as_tuples() == [(1.0, 0.4, 2)]
+    # Neighbouring clipped updates are up to 2C apart: the per-record bound is C, the accountant
+    # sees std / C = z under replace-one (two Gaussians 2C apart).
+    assert mech.history.as_tuples() == [(2.0, 0.4, 2)]
     assert mech.epsilon(delta=1e-5) > 0
 
 
@@ -154,4 +189,5 @@ def test_privacy_spent_snapshot_is_json_ready():
     history.record(noise_multiplier=3.0, sample_rate=0.5, steps=5)  # the snapshot does not move
     figures = json.loads(json.dumps(spent.as_dict()))
     assert figures["steps"] == 80 and figures["noise_multiplier"] == 0.9 and figures["sample_rate"] == 0.05
-    assert figures["epsilon_prv"] <= figures["epsilon_rdp"] == pytest.approx(epsilon(_history(), delta=1e-5))
+    assert figures["adjacency"] == "replace-one"
+    assert figures["epsilon_pld"] <= figures["epsilon_rdp"] == pytest.approx(epsilon(_history(), delta=1e-5))

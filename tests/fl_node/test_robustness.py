@@ -1,5 +1,6 @@
 """The engine's defenses against a hostile minority (fl_node.robust) and the simulator applying them."""
 
+import json
 import math
 
 import pytest
@@ -8,7 +9,9 @@ import torch
 from fl_node.aggregate import WeightedUpdate, available_strategies
 from fl_node.attacks import BOUND_SHARE, INFLATED_SAMPLES
 from fl_node.committee import MAX_SCORE, decide_round
+from fl_node.job.scoring import ScoringRule
 from fl_node.robust import (
+    RoundDefense,
     apply_sign_majority,
     cap_samples,
     clip_update,
@@ -23,7 +26,7 @@ from fl_node.robust import (
     within_norm_bound,
 )
 from fl_node.score import BASE_SCORE
-from fl_node.simulate import SimulationConfig, prepared_model_and_data, run_simulation
+from fl_node.simulate import prepared_model_and_data, run_simulation, simulation
 
 
 def test_update_norm_is_the_l2_norm_of_float_tensors_and_inf_when_not_finite():
@@ -68,13 +71,53 @@ def test_adaptive_multi_krum_drops_the_outlier_of_few_updates_and_averages_two()
     assert get_strategy("median").name == "median"
 
 
-def _run(**overrides):
-    config = dict(
-        dataset="digits", nodes=5, committee=1, partition="iid", rounds=2, score_privacy="public", seed=3
-    )
-    return run_simulation(
-        SimulationConfig(**(config | overrides)), randomness_secret=b"robustness tests' own secret"
-    )
+def _run(
+    *,
+    defense: str | None = None,
+    score_relative: bool = False,
+    score_scale: float = 1.0,
+    score_clipped: bool = False,
+    clip_to_median: bool = False,
+    sign_vote: str | None = None,
+    verified_step: bool = False,
+    backed_magnitude: bool = False,
+    **overrides,
+):
+    """A small federation on digits (exact scores, SGD at lr 0.5). Its job is the node's JobConfig;
+    without a named ``defense`` each test names the defenses it exercises, given to the simulator as
+    the scoring rule and the aggregation's defenses (what a named defense sets together)."""
+    fields = dict(nodes=5, partition="iid", rounds=2, public_holdouts=True, seed=3, committee_size=1, lr=0.5)
+    fields |= overrides
+    fields.setdefault("top_k", max(1, fields["nodes"] - fields["committee_size"] - 1))
+    if defense is not None:
+        fields["defense"] = defense
+        config = simulation("digits", **fields)
+    else:
+        fields["defense"] = "none"  # the job's own; the test's knobs below replace it
+        config = simulation("digits", **fields)
+        job = config.job
+        config = simulation(
+            "digits",
+            **fields,
+            custom_scoring=ScoringRule(
+                metric=job.score_metric,
+                relative=score_relative,
+                scale=score_scale,
+                clip_to_median=score_clipped,
+                norm_bound=job.norm_bound or None,
+                margin=job.margin_bp,
+            ),
+            custom_defense=RoundDefense(
+                top_k=job.top_k,
+                norm_bound=job.norm_bound or None,
+                clip_to_median=clip_to_median,
+                sign_vote=sign_vote,
+                verified_step=verified_step,
+                backed_magnitude=backed_magnitude,
+                max_share_bp=job.max_share_bp,
+            ),
+        )
+    return run_simulation(config, randomness_secret=b"robustness tests' own secret")
 
 
 def test_a_copied_update_counts_once_and_the_copier_gets_nothing():
@@ -101,19 +144,19 @@ def test_an_inflated_sample_count_is_capped_by_the_committee_and_not_by_plain_fe
 def test_an_update_over_the_norm_bound_scores_zero_and_the_model_stays():
     result = _run(norm_bound=1e-6, rounds=1)
     assert all(u.median == 0 and not u.accepted for u in result.rounds[0].updates)
-    fresh = _run(norm_bound=None, rounds=1)
+    fresh = _run(norm_bound=0.0, rounds=1)
     assert any(u.accepted for u in fresh.rounds[0].updates)
 
 
 def test_with_a_margin_a_free_rider_never_beats_the_base_model():
-    result = _run(attack="free_rider:0.2", margin=0)
+    result = _run(attack="free_rider:0.2", margin_bp=0)
     riders = [u for r in result.rounds for u in r.updates if u.attacker]
     assert riders and not any(u.accepted for u in riders)
 
 
 def test_one_colluder_on_a_committee_of_three_cannot_carry_its_accomplice():
     # seed 3: attackers are nodes 1 (on the first committee, 0-2) and 4 (a trainer).
-    result = _run(attack="sign_flip:0.34", nodes=6, committee=3, top_k=1, collude=True, rounds=1, seed=3)
+    result = _run(attack="sign_flip:0.34", nodes=6, committee_size=3, top_k=1, collude=True, rounds=1, seed=3)
     assert result.attackers == [1, 4]
     first = result.rounds[0]
     accomplice = next(u for u in first.updates if u.trainer == 4)
@@ -133,16 +176,16 @@ def test_one_colluder_makes_a_median_the_better_honest_score_and_a_margin_asks_t
         "h2": {a: BASE_SCORE - 40, b: BASE_SCORE + 250},
     }
     base = dict.fromkeys(scores, BASE_SCORE)
-    loose = decide_round([a, b], scores, top_k=2, committee_size=3, base_scores=base, margin=0)
+    loose = decide_round([a, b], scores, top_k=2, base_scores=base, margin=0)
     assert loose.medians == {a: BASE_SCORE + 60, b: BASE_SCORE + 250}
     assert sorted(loose.accepted) == sorted([a, b])
-    strict = decide_round([a, b], scores, top_k=2, committee_size=3, base_scores=base, margin=100)
+    strict = decide_round([a, b], scores, top_k=2, base_scores=base, margin=100)
     assert strict.accepted == [b]
 
 
 def test_a_captured_committee_carries_noise_through_the_median_but_not_past_the_aggregation_bound():
     # seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains and sends noise.
-    common = dict(attack="gaussian:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1)
+    common = dict(attack="gaussian:0.49", nodes=6, committee_size=3, top_k=3, collude=True, rounds=1, seed=1)
     bounded = _run(**common, norm_bound=1.0)
     assert bounded.attackers == [0, 1, 5]
     noise = next(u for u in bounded.rounds[0].updates if u.trainer == 5)
@@ -194,13 +237,13 @@ def test_relative_scores_keep_a_free_rider_out_even_with_one_colluder_seated():
     # seed 3: attackers 1 (on the first committee, 0-2) and 4 (a trainer that free rides). The
     # colluder gives its accomplice the top score and the base 0; with relative scores the two honest
     # members put the base and the free rider both at BASE_SCORE, so the median is not above the base.
-    common = dict(nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=3, attack="free_rider:0.34")
-    result = _run(**common, margin=0, score_relative=True, score_metric="likelihood", score_scale=1 / 3)
+    common = dict(
+        nodes=6, committee_size=3, top_k=3, collude=True, rounds=1, seed=3, attack="free_rider:0.34"
+    )
+    result = _run(**common, margin_bp=0, score_relative=True, score_metric="likelihood", score_scale=1 / 3)
     assert result.attackers == [1, 4]
     rider = next(u for u in result.rounds[0].updates if u.trainer == 4)
     assert rider.median == BASE_SCORE and not rider.accepted
-    with pytest.raises(ValueError):
-        SimulationConfig(score_relative=True)  # relative scores need a margin
 
 
 def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_down():
@@ -209,7 +252,14 @@ def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_d
     # median norm of the three submissions, and the sign vote over them drops what the honest
     # trainers do not back.
     common = dict(
-        attack="backdoor:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1, norm_bound=4.0
+        attack="backdoor:0.49",
+        nodes=6,
+        committee_size=3,
+        top_k=3,
+        collude=True,
+        rounds=1,
+        seed=1,
+        norm_bound=4.0,
     )
     plain = _run(**common, adaptive_attack=True)
     clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
@@ -232,7 +282,14 @@ def test_a_round_that_accepts_fewer_than_top_k_applies_only_the_share_the_commit
     # The captured committee of the test above carries the boosted backdoor alone (1 of top_k 3):
     # clipped, it would move the model by the median norm; with the verified step by a third of that.
     common = dict(
-        attack="backdoor:0.49", nodes=6, committee=3, top_k=3, collude=True, rounds=1, seed=1, norm_bound=4.0
+        attack="backdoor:0.49",
+        nodes=6,
+        committee_size=3,
+        top_k=3,
+        collude=True,
+        rounds=1,
+        seed=1,
+        norm_bound=4.0,
     )
     clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
     verified = _run(**common, adaptive_attack=True, clip_to_median=True, verified_step=True)
@@ -290,17 +347,18 @@ def test_witnesses_count_only_where_they_are_still():
 
 
 def test_chain_draws_seat_the_first_committee_by_the_drawn_seed_not_by_node_order():
-    from fl_node.committee import _tie_key
+    from fl_node.committee import draw_committee, first_seed
     from fl_node.simulate import _chain_seed, node_address
 
-    common = dict(nodes=6, committee=3, rounds=1)
+    common = dict(nodes=6, committee_size=3, rounds=1)
     fixed = _run(**common)
     assert fixed.rounds[0].committee == [0, 1, 2]
-    config = SimulationConfig(
-        dataset="digits", partition="iid", score_privacy="public", seed=3, chain_draws=True, **common
+    config = simulation(
+        "digits", partition="iid", public_holdouts=True, seed=3, chain_draws=True, top_k=2, **common
     )
-    seed = _chain_seed(config, "start")
-    expected = sorted(range(6), key=lambda i: _tie_key(seed, node_address(3, i)))[:3]
+    seed = first_seed(_chain_seed(config, "start"), 0)
+    addresses = [node_address(3, i) for i in range(6)]
+    expected = [addresses.index(a) for a in draw_committee(seed, addresses, 3)]
     drawn = _run(**common, chain_draws=True)
     assert drawn.rounds[0].committee == expected
     assert expected != [0, 1, 2]  # this seed's draw is not the fixed seats
@@ -316,7 +374,9 @@ def test_absent_nodes_take_no_part_and_are_the_nodes_the_attack_would_pick():
     seen = set(first.committee) | {u.trainer for u in first.updates}
     assert seen == {0, 2, 4} and first.committee == [0]
     with pytest.raises(ValueError):
-        _run(attack="absent:0.4", committee=3, rounds=1)  # 3 nodes left: no trainer beside a committee of 3
+        _run(
+            attack="absent:0.4", committee_size=3, rounds=1
+        )  # 3 nodes left: no trainer beside a committee of 3
 
 
 def _random_updates(count: int, *, seed: int) -> list[dict[str, torch.Tensor]]:
@@ -416,8 +476,9 @@ def test_member_scores_are_the_clipped_relative_scores_and_zero_for_the_unusable
     assert unclipped["t0"] == scores["t0"]  # t0 is shorter than the median: never clipped
 
 
-def test_a_job_config_names_its_defenses_only_when_it_has_them():
-    from backend.jobs.config import ConfigError, DPConfig, JobConfig
+def test_a_job_config_is_defended_by_default_and_undefended_only_by_choice():
+    from fl_node.job import aggregation, scoring
+    from fl_node.job.config import ConfigError, DPConfig, JobConfig
 
     common = dict(
         name="j",
@@ -428,11 +489,274 @@ def test_a_job_config_names_its_defenses_only_when_it_has_them():
         rounds=2,
         dp=DPConfig(mode="none"),
     )
-    plain = JobConfig(**common)
-    assert b"robust" not in plain.to_bytes() and b"norm_bound" not in plain.to_bytes()  # older bytes kept
-    robust = JobConfig(**common, robust=True, norm_bound=8.0)
-    again = JobConfig.from_bytes(robust.to_bytes())
-    assert again.robust is True and again.norm_bound == 8.0
+    default = JobConfig(**common)
+    assert default.defense == "robust" and default.max_share_bp == 5000
+    assert b'"defense":"robust"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
+    rule = aggregation.round_defense(default)
+    assert rule.backed_magnitude and rule.sign_vote == "zero" and rule.max_share_bp == 5000
+    assert scoring.scoring(default).relative and scoring.scoring(default).scale == 1 / default.top_k
+    for defense in ("robust", "committee", "none"):
+        for cap in (1, 5000, 10_000):
+            config = JobConfig(**common, defense=defense, max_share_bp=cap, norm_bound=8.0)
+            assert JobConfig.from_bytes(config.to_bytes()) == config
+    # "none" and "committee" keep the bytes jobs had before the field: no key, and "robust": true.
+    none = JobConfig(**common, defense="none", max_share_bp=10_000)
+    assert b"defense" not in none.to_bytes() and b"robust" not in none.to_bytes()
+    assert b"max_share_bp" not in none.to_bytes()
+    assert not scoring.scoring(none).relative and not aggregation.round_defense(none).needs_votes
+    committee = JobConfig(**common, defense="committee", max_share_bp=10_000)
+    assert b'"robust":true' in committee.to_bytes() and b"defense" not in committee.to_bytes()
+    assert not aggregation.round_defense(committee).backed_magnitude
+    legacy = committee.as_dict()
+    assert JobConfig.from_dict(legacy).defense == "committee"
+    for twice in ({**legacy, "defense": "committee"}, {**legacy, "robust": False}):
+        with pytest.raises(ConfigError):
+            JobConfig.from_bytes(json.dumps(twice, sort_keys=True, separators=(",", ":")).encode())
+    for field, bad in (
+        ("defense", "strong"),
+        ("defense", None),
+        ("max_share_bp", 0),
+        ("max_share_bp", 10_001),
+        ("max_share_bp", 0.5),
+        ("max_share_bp", True),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            JobConfig(**common, **{field: bad})
+        assert raised.value.field == field
     for bad in (float("nan"), float("inf"), -1.0, 1e31, True):
         with pytest.raises(ConfigError):
             JobConfig(**common, norm_bound=bad)
+
+
+# ---------------------------------------------------------------- issue 34 / 32: bounded influence,
+# the backed magnitude, deterministic norms, named defenses
+
+
+def test_bounded_weights_water_fill_shares_under_the_cap_in_integers_whatever_the_order():
+    from fractions import Fraction
+
+    from fl_node.aggregate import bounded_weights
+
+    def shares(samples, cap):
+        weights = bounded_weights(samples, cap)
+        assert all(type(w) is int and w > 0 for w in weights)
+        return [Fraction(w, sum(weights)) for w in weights]
+
+    # One member claiming 10^12 samples gets the cap, the rest share the remainder by their samples.
+    assert shares([10**12, 100, 300], 5000) == [Fraction(1, 2), Fraction(1, 8), Fraction(3, 8)]
+    # The largest two capped in turn, the rest proportional: 0.3, 0.3, 0.4 * (2/3, 1/3).
+    assert shares([5, 3, 2, 1], 3000) == [Fraction(3, 10), Fraction(3, 10), Fraction(4, 15), Fraction(2, 15)]
+    assert shares([100, 200, 300], 10_000) == [Fraction(1, 6), Fraction(1, 3), Fraction(1, 2)]  # no cap
+    assert shares([7, 1], 3000) == [Fraction(1, 2)] * 2  # 2 x 30% cannot make a whole: equal shares
+    assert shares([9, 1, 1], 5000) == [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)]
+    order = [4, 10**9, 7, 7, 1]
+    assert shares(order, 2500) == [shares(order[::-1], 2500)[i] for i in range(4, -1, -1)]
+    assert max(shares([2**62, 5, 5, 5, 5], 2500)) == Fraction(1, 4)
+    for bad_cap in (0, 10_001, 2.5, True):
+        with pytest.raises(ValueError):
+            bounded_weights([1, 2], bad_cap)
+    with pytest.raises(ValueError):
+        bounded_weights([1, 0], 5000)
+
+
+def test_a_member_claiming_any_sample_count_cannot_make_fedavg_return_its_update():
+    from fl_node.robust import RoundDefense, defended_aggregate
+
+    state = {"w": torch.zeros(3)}
+    inflated = WeightedUpdate({"w": torch.full((3,), 8.0)}, 10**12, "a-inflater")
+    honest = [WeightedUpdate({"w": torch.full((3,), 1.0)}, 100, f"h{i}") for i in range(2)]
+    fedavg = get_strategy("fedavg")
+    unbounded, _ = defended_aggregate(fedavg, state, [inflated, *honest], defense=RoundDefense(top_k=3))
+    assert torch.allclose(unbounded["w"], inflated.update["w"])  # without a cap: its update exactly
+    capped, _ = defended_aggregate(
+        fedavg, state, [inflated, *honest], defense=RoundDefense(top_k=3, max_share_bp=5000)
+    )
+    assert torch.allclose(capped["w"], torch.full((3,), 0.5 * 8.0 + 0.5 * 1.0))
+    with pytest.raises(ValueError):
+        RoundDefense(top_k=3, max_share_bp=0)
+
+
+def test_backed_bounds_keep_a_step_within_the_voters_coordinate_median_and_never_against_it():
+    from fl_node.robust import backed_bounds, clamp_step
+
+    # Coordinates: 0 every voter moves +1 (backed up to 1); 1 three attackers of seven move +5, the
+    # rest 0 (a trigger weight); 2 four honest move +0.2, three attackers +3 (a blended trigger over
+    # the digits); 3 the majority moves -1 (a step of +2 goes against it).
+    honest = _votes(*[[1.0, 0.0, 0.2, -1.0]] * 4)
+    hostile = _votes(*[[1.0, 5.0, 3.0, -1.0]] * 3)
+    bounds = backed_bounds(honest + hostile, ["w"])
+    old = {"w": torch.zeros(4), "n": torch.tensor([3])}
+    new = {"w": torch.tensor([0.8, 2.0, 1.5, 2.0]), "n": torch.tensor([4])}
+    out = clamp_step(old, new, bounds)
+    assert out["w"].tolist() == pytest.approx([0.8, 0.0, 0.2, 0.0])
+    assert torch.equal(out["n"], new["n"])
+    assert backed_bounds([], ["w"]) is None
+
+
+def test_with_the_backed_magnitude_a_captured_round_applies_no_more_than_the_honest_majority_backs():
+    from fl_node.robust import RoundDefense, defended_aggregate, median_norm
+
+    state = {"w": torch.zeros(4)}
+    honest = [{"w": torch.tensor([0.5, 0.0, 0.1, 0.3])} for _ in range(5)]
+    attacker = {"w": torch.tensor([0.5, 3.0, 2.0, -1.0])}
+    carried = [WeightedUpdate(attacker, 10, "attacker")]  # all a captured committee accepted
+    defense = RoundDefense(top_k=1, backed_magnitude=True)
+    voters = [*honest, attacker]  # a hostile majority's 0 for an honest update still lets it vote
+    out, _ = defended_aggregate(get_strategy("fedavg"), state, carried, defense=defense, backers=voters)
+    assert out["w"].tolist() == pytest.approx([0.5, 0.0, 0.1, 0.0])
+    # The backers are clipped to the round's clip norm first, as the accepted updates are.
+    clip = median_norm(voters)
+    clipped, _ = defended_aggregate(
+        get_strategy("fedavg"),
+        state,
+        carried,
+        defense=RoundDefense(top_k=1, backed_magnitude=True, clip_to_median=True),
+        clip_norm=clip,
+        backers=voters,
+    )
+    assert float(clipped["w"].abs().max()) <= clip + 1e-6 and clipped["w"][1] == 0.0
+
+
+def test_update_norms_are_summed_in_one_fixed_order_on_every_machine():
+    from fl_node.robust import SUM_LANES, exact_order_sum
+
+    generator = torch.Generator().manual_seed(2)
+    values = torch.randn(3 * SUM_LANES + 17, generator=generator, dtype=torch.float64)
+    padded = torch.nn.functional.pad(values, (0, (-values.numel()) % SUM_LANES)).view(-1, SUM_LANES)
+    lanes = padded[0] + padded[1]
+    lanes = lanes + padded[2]
+    lanes = lanes + padded[3]
+    assert exact_order_sum(values) == math.fsum(lanes.tolist())
+    assert exact_order_sum(torch.zeros(0, dtype=torch.float64)) == 0.0
+    # A float32 squared is exact in float64: a norm of exactly representable squares is exact.
+    assert update_norm({"w": torch.full((SUM_LANES * 2 + 3,), 0.5)}) == math.sqrt((SUM_LANES * 2 + 3) / 4)
+    # The same bits whatever torch's intra-op threads (torch's own sum may change association order).
+    big = {"w": torch.randn(200_000, generator=generator)}
+    before = torch.get_num_threads()
+    try:
+        norms = set()
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            norms.add(update_norm(big))
+    finally:
+        torch.set_num_threads(before)
+    assert len(norms) == 1
+
+
+def test_named_defenses_set_the_simulators_scoring_and_aggregation_through_the_job():
+    from fl_node.robust import DEFAULT_DEFENSE, DEFENSES, get_defense
+
+    assert DEFAULT_DEFENSE == "robust" and set(DEFENSES) == {"robust", "committee", "none"}
+    config = simulation("digits", nodes=10, committee_size=3, top_k=4, rounds=1)
+    assert config.job.defense == "robust"
+    rule, defense = config.scoring, config.defense  # fl_node.job's, as a node derives them
+    assert rule.relative and rule.clip_to_median and rule.scale == 0.25 and rule.margin == 0
+    assert defense.clip_to_median and defense.verified_step and defense.sign_vote == "zero"
+    assert defense.backed_magnitude and defense.max_share_bp == 5000
+    committee = simulation("digits", defense="committee", margin_bp=100, rounds=1)
+    assert (
+        committee.scoring.relative
+        and not committee.defense.backed_magnitude
+        and committee.scoring.margin == 100
+    )
+    plain = simulation("digits", defense="none", rounds=1)
+    assert not plain.scoring.relative and plain.defense.sign_vote is None and plain.scoring.margin == 0
+    with pytest.raises(ValueError, match="must be one of robust"):
+        simulation("digits", defense="strong", rounds=1)
+    with pytest.raises(ValueError, match="basis points"):
+        simulation("digits", max_share_bp=0, rounds=1)
+    with pytest.raises(ValueError, match="unknown defense"):
+        get_defense("flame")
+    rule = get_defense("robust").round_defense(top_k=4, norm_bound=None, max_share_bp=5000)
+    assert rule.backed_magnitude and rule.sign_vote == "zero" and rule.needs_votes
+
+
+def test_a_captured_committee_carries_less_of_a_boosted_backdoor_with_the_backed_magnitude():
+    # The captured round of test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_down:
+    # the colluders accept the boosted backdoor alone; with the backed magnitude the applied step is also
+    # bounded by the coordinate median of the round's three submissions (two of them honest).
+    common = dict(
+        attack="backdoor:0.49",
+        nodes=6,
+        committee_size=3,
+        top_k=3,
+        collude=True,
+        rounds=1,
+        seed=1,
+        norm_bound=4.0,
+    )
+    knobs = dict(adaptive_attack=True, clip_to_median=True, sign_vote="zero")
+    voted = _run(**common, **knobs)
+    backed = _run(**common, **knobs, backed_magnitude=True)
+    default = _run(
+        **(common | {"defense": "robust", "margin_bp": 0, "score_metric": "likelihood"}), adaptive_attack=True
+    )
+    for result in (voted, backed, default):
+        assert [u.trainer for u in result.rounds[0].updates if u.accepted] == [5]
+    _, first_model = prepared_model_and_data("digits", "mlp", seed=1)
+    start = first_model.state_dict()
+
+    def moved(result):
+        return math.sqrt(sum(float(((result.final_state[n] - v) ** 2).sum()) for n, v in start.items()))
+
+    assert 0 < moved(backed) < 0.8 * moved(voted)
+    assert 0 < moved(default) < moved(backed)  # the verified step too: 1 of top_k 3, then the bound
+
+
+def test_a_noisy_relative_score_forgives_the_noise_and_an_exact_one_nothing():
+    from fl_node.score import LOSS_CLIP, NOISE_TOLERANCE, noise_allowance, relative_score_int
+
+    assert noise_allowance(0.9, metric="accuracy", noise_multiplier=None, records=40) == 0.0
+    assert noise_allowance(0.9, metric="accuracy", noise_multiplier=4.0, records=80) == pytest.approx(
+        NOISE_TOLERANCE * math.sqrt(2) * 4.0 / 80
+    )
+    assert noise_allowance(0.5, metric="likelihood", noise_multiplier=2.0, records=100) == pytest.approx(
+        NOISE_TOLERANCE * math.sqrt(2) * 0.5 * 2.0 * LOSS_CLIP / 100
+    )
+    with pytest.raises(ValueError):
+        noise_allowance(0.5, metric="accuracy", noise_multiplier=1.0, records=0)
+    # An update the noise alone put 100 bp under the base still clears the base with an allowance of
+    # 150 bp; without noise (no allowance) it does not, and a malformed update scores 0 either way.
+    assert relative_score_int(0.49, 0.50) == BASE_SCORE - 100
+    assert relative_score_int(0.49, 0.50, 0.015) == BASE_SCORE + 50
+    assert relative_score_int(0.0, 0.50, 0.015) == 0
+    for bad in (-0.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            relative_score_int(0.49, 0.50, bad)
+
+
+def test_member_scores_add_the_allowance_only_to_noisy_scores():
+    from fl_node.score import member_scores
+    from fl_node.secure_random import SecureRandom
+
+    splits, model = prepared_model_and_data("digits", "mlp", seed=0)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = splits.val.tensors()
+    generator = torch.Generator().manual_seed(3)
+    updates = {
+        f"t{i}": {k: torch.randn(v.shape, generator=generator) * 0.05 for k, v in state.items()}
+        for i in range(3)
+    }
+    exact = member_scores(model, state, updates, x, y, scale=1 / 3, metric="accuracy")
+    zero = {k: torch.zeros_like(v) for k, v in state.items()}
+    rider = member_scores(model, state, {"rider": zero}, x, y, scale=1 / 3, metric="accuracy")
+    assert rider == {"rider": BASE_SCORE}  # exact: a free rider gains exactly nothing
+    secret = b"member noise, fixed for the test"
+
+    def stream(key):
+        return SecureRandom.derive(secret, str(key))
+
+    noisy = member_scores(
+        model,
+        state,
+        {"rider": zero},
+        x,
+        y,
+        scale=1 / 3,
+        metric="accuracy",
+        noise_multiplier=0.5,
+        randomness=stream,
+    )
+    # The rider's and the base's noise differ, but by far less than the allowance (2 sqrt 2 sigma).
+    assert noisy["rider"] > BASE_SCORE
+    assert all(0 < s <= 10_000 for s in exact.values())

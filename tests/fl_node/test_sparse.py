@@ -181,30 +181,34 @@ def test_round_encodings_counts_choices_and_mean_density():
 
 
 def test_the_simulator_encodes_as_the_node_does_and_the_encoding_changes_bytes_not_the_model():
-    from fl_node.simulate import SimulationConfig, run_simulation
+    from fl_node.job.config import SparseConfig
+    from fl_node.simulate import run_simulation, simulation
 
     common = dict(
-        dataset="zipf_text", model="text", nodes=3, committee=1, rounds=1, partition="iid",
+        model="text", nodes=3, rounds=1, partition="iid", committee_size=1,
         strategy="hybrid", batch_size=64, lr=0.5, seed=0, top_k=2,  # both trainers: no score decides
     )  # fmt: skip
-    auto = run_simulation(SimulationConfig(**common, update_encoding="auto")).rounds[0]
-    dense = run_simulation(SimulationConfig(**common, update_encoding="dense")).rounds[0]
+    auto = run_simulation(simulation("zipf_text", **common, sparse=SparseConfig(encoding="auto"))).rounds[0]
+    dense = run_simulation(simulation("zipf_text", **common, sparse=SparseConfig(encoding="dense"))).rounds[0]
     assert auto.test_loss == dense.test_loss
     for sparse, full in zip(auto.updates, dense.updates, strict=True):
         assert sparse.encoded_bytes < 0.5 * full.encoded_bytes  # the 20,000-row table went as delta
-    with pytest.raises(ValueError, match="update encoding"):
-        SimulationConfig(**common, update_encoding="zip")
+    with pytest.raises(ValueError, match="must be one of auto, dense, delta"):
+        simulation("zipf_text", **common, sparse=SparseConfig(encoding="zip"))
 
 
 def test_a_private_simulation_keeps_the_public_rows_of_each_round_as_the_node_does():
-    from fl_node.simulate import SimulationConfig, prepared_model_and_data, run_simulation
+    from fl_node.job.config import DPConfig, SparseConfig
+    from fl_node.simulate import prepared_model_and_data, run_simulation, simulation
     from fl_node.sparse import round_public_rows
 
     table, count = "embedding.weight", 400
-    config = SimulationConfig(
-        dataset="zipf_text", model="text", nodes=3, committee=1, rounds=1, partition="iid",
-        batch_size=64, lr=0.5, seed=0, top_k=2, epsilon=8.0, dp_mode="update", score_privacy="public",
-        sparse_tables=(table,), public_rows=count,
+    # About the rows the aggregate keeps, not the committee: every update averaged, no committee (one
+    # round of noised updates rarely beats the base model's exact hold-out score, so none would pass).
+    config = simulation(
+        "zipf_text", model="text", nodes=3, rounds=1, partition="iid", committee_size=1, public_holdouts=True,
+        batch_size=64, lr=0.5, seed=0, top_k=2, dp=DPConfig(mode="update", target_epsilon=8.0),
+        sparse=SparseConfig(tables=(table,), public_rows=count), consensus=False,
     )  # fmt: skip
     result = run_simulation(config)
     _, model = prepared_model_and_data("zipf_text", "text", seed=0)

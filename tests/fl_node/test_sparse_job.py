@@ -1,4 +1,4 @@
-"""The job's sparse policy (backend.jobs.config.SparseConfig, plain Python): validated, canonical, compatible."""
+"""The job's sparse policy (fl_node.job.config.SparseConfig, plain Python): validated, canonical, compatible."""
 
 from __future__ import annotations
 
@@ -7,21 +7,11 @@ import json
 import pytest
 import torch
 
-from backend.jobs.config import ConfigError, DPConfig, JobConfig, SparseConfig
+from fl_node.job import training
+from fl_node.job.config import ConfigError, DPConfig, JobConfig, SparseConfig
+from fl_node.job.plan import planned_spend_bound
 from fl_node.sparse import SparsePolicy, round_public_rows
-
-
-def config(**fields) -> JobConfig:
-    base = {
-        "name": "lm",
-        "model": "mlp",
-        "input_shape": (4,),
-        "num_classes": 2,
-        "schema_hash": "00",
-        "rounds": 2,
-        "dp": DPConfig("none"),
-    }
-    return JobConfig(**(base | fields))
+from tests.builders import job_config as config
 
 
 def test_default_policy_is_auto_and_omitted_so_older_configurations_keep_their_bytes():
@@ -121,9 +111,13 @@ def test_a_hostile_tables_entry_from_another_node_is_a_config_error():
 def test_public_rows_are_kept_only_for_private_jobs():
     state = {"0.weight": torch.zeros(100, 4), "0.bias": torch.zeros(100)}
     public = SparseConfig(tables=("0.weight",), public_rows=10)
-    assert config(sparse=public).kept_rows(state, 1) is None  # dp none: nothing is noised
+    assert training.kept_rows(config(sparse=public), state, 1) is None  # dp none: nothing is noised
     private = config(sparse=public, dp=DPConfig("update", target_epsilon=5.0))
-    one, again, two = private.kept_rows(state, 1), private.kept_rows(state, 1), private.kept_rows(state, 2)
+    one, again, two = (
+        training.kept_rows(private, state, 1),
+        training.kept_rows(private, state, 1),
+        training.kept_rows(private, state, 2),
+    )
     assert torch.equal(one["0.weight"], again["0.weight"]) and not torch.equal(
         one["0.weight"], two["0.weight"]
     )
@@ -142,7 +136,6 @@ def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined(
     """Another node's config names the tables: the trainer draws their rows each round, so check them first."""
     from types import SimpleNamespace
 
-    from backend.jobs import chain
     from backend.jobs.remote_config import NodeLimits, RemoteConfigRejected, check_remote_config
 
     limits = NodeLimits(
@@ -174,7 +167,7 @@ def test_a_remote_config_whose_tables_are_not_matrices_of_its_model_is_declined(
             train_period=300,
             score_period=120,
             margin=job_config.margin_bp,
-            max_spend_per_round=chain.planned_spend_bound(job_config),
+            max_spend_per_round=planned_spend_bound(job_config),
         )
         check_remote_config(spec, job_config, limits=limits, schema=None, now=None)
 
@@ -190,11 +183,11 @@ def test_the_public_rule_round_trips_defaults_away_and_reaches_the_trainer():
     head = config(sparse=SparseConfig(tables=("0.weight",), public_rows=10, public_rule="head"), dp=private)
     assert json.loads(head.to_bytes())["sparse"]["public_rule"] == "head"
     assert JobConfig.from_bytes(head.to_bytes()) == head
-    assert head.kept_rows(state, 3)["0.weight"].tolist() == list(range(10))
+    assert training.kept_rows(head, state, 3)["0.weight"].tolist() == list(range(10))
     rotate = config(sparse=SparseConfig(tables=("0.weight",), public_rows=10), dp=private)
     # The default is left out, so configurations from before the field keep their bytes.
     assert "public_rule" not in json.loads(rotate.to_bytes())["sparse"]
-    assert rotate.kept_rows(state, 3)["0.weight"].tolist() != list(range(10))
+    assert training.kept_rows(rotate, state, 3)["0.weight"].tolist() != list(range(10))
 
 
 @pytest.mark.parametrize("rule", ["frequent", "", ["head"], 1, None])

@@ -63,7 +63,7 @@ def make_nodes(count: int, seed: str, *, allow_small_committees: bool = True, **
 @contextlib.contextmanager
 def acting_as(node: Node, monkeypatch):
     """Route the datasets app's ledger and the jobs API to ``node`` for the duration."""
-    from backend.jobs import views
+    from backend.jobs_api import views
     from backend.ledger import access as ledger_access
 
     with monkeypatch.context() as patch:
@@ -81,8 +81,16 @@ def npz_bytes(x: np.ndarray, y: np.ndarray) -> bytes:
 def add_dataset(node: Node, monkeypatch, x, y, *, name: str, epsilon_cap: float = 50.0):
     from backend.datasets import services
 
+    # The simulated nodes share one database: each node's dataset is another provider's, so each
+    # is declared disjoint (a budget of its own) rather than joining one provider's shared budget.
     upload = services.Upload(
-        name=name, format="npz", data=npz_bytes(x, y), epsilon_cap=epsilon_cap, delta=1e-5, classes=CLASSES
+        name=name,
+        format="npz",
+        data=npz_bytes(x, y),
+        epsilon_cap=epsilon_cap,
+        delta=1e-5,
+        classes=CLASSES,
+        disjoint=True,
     )
     with acting_as(node, monkeypatch):
         return services.create_dataset(upload)
@@ -131,9 +139,28 @@ def mirror_job(nodes: list[str], *, status=None, round_status=None, job_id: int 
         proposed_block=1,
     )  # fmt: skip
     for i, node in enumerate(nodes):
-        job.participants.create(node=node, dataset_id=i, index=i)
+        job.participants.create(node=node, dataset_id=i, index=i, drawn=True)  # revealed its draw secret
     job.rounds_set.create(
         number=2, status=round_status or mirror.Round.Status.TRAINING, base_model_hash="0x4",
         update_deadline=far, score_deadline=far, opened_block=2,
     )  # fmt: skip
     return job
+
+
+def draw_committee(nodes: list[Node], job_id: int) -> list[str]:
+    """After the proposer started ``job_id``: every participant's draw secret revealed (what each
+    node's agent does at its next tick, sent here at once), so the first committee is drawn and
+    round 1 open. The committee in seat order."""
+    from backend.jobs import chain
+    from backend.ledger.resources import JobStatus
+
+    fl = nodes[0].ctx.ledger.fl
+    for node in nodes:
+        if fl.get_job(job_id).status is not JobStatus.DRAWING:
+            break
+        info = fl.get_participant(job_id, node.ctx.address)
+        if info.joined and not info.drawn:
+            chain.reveal_draw_secret(node.ctx, job_id)
+    for node in nodes:
+        chain.sync_mirror(node.ctx)
+    return fl.committee(job_id)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from jobs_helpers import CLASSES, acting_as, npz_bytes
 
-from backend.jobs import blobs, sealed
+from backend.jobs import blobs
 from backend.jobs.driver import state, workspace
+from backend.jobs.sealed import reader as sealed_reader
 from backend.ledger import models as mirror
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import content_hash, decode_update, encode_model, update_spec
+from fl_node.job import aggregation, training
 from fl_node.robust import (
-    RoundDefense,
     aggregation_clip_norm,
     defended_aggregate,
     update_norm,
@@ -41,6 +42,7 @@ def add_public_dataset(node, monkeypatch, x, y, *, name: str, epsilon_cap: float
         delta=1e-5,
         classes=CLASSES,
         public_holdout=True,
+        disjoint=True,  # another simulated node's data: a provider of its own (jobs_helpers.add_dataset)
     )
     with acting_as(node, monkeypatch):
         return services.create_dataset(upload)
@@ -59,7 +61,7 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
         bound = blobs.update_max_bytes(global_state)
         updates = {
             row.trainer: decode_update(
-                sealed.read_update(reader.ctx, job_id, round_, row, max_bytes=bound), spec
+                sealed_reader.read_update(reader.ctx, job_id, round_, row, max_bytes=bound), spec
             )
             for row in rows
         }
@@ -79,7 +81,7 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
             _, val = workspace.local_split(node.ctx, state.my_dataset(job, node.ctx.address), config)
         x_val, y_val = val.tensors()
         expected = member_scores(
-            config.build_model(),
+            training.build_model(config),
             global_state,
             updates,
             x_val,
@@ -105,13 +107,8 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
     samples = {row.trainer: int(row.samples) for row in rows}
     hashes = {row.trainer: row.content_hash for row in rows}
     weighted = [WeightedUpdate(updates[t], samples[t], hashes[t]) for t in accepted]
-    defense = RoundDefense(
-        top_k=config.top_k,
-        norm_bound=config.norm_bound or None,
-        clip_to_median=True,
-        sign_vote="zero",
-        verified_step=True,
-    )
+    defense = aggregation.round_defense(config)  # the job's, as every member's aggregator
+    assert defense.clip_to_median and defense.sign_vote == "zero" and defense.verified_step
     strategy = get_strategy(config.strategy, **config.strategy_params)
     new_state, new_server = defended_aggregate(
         strategy,
@@ -124,6 +121,7 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
         ),
         voters=[v for v in (vote_signs(updates[t]) for t in voting) if v is not None],
         witnesses=[v for v in (vote_signs(updates[t]) for t in witnessing) if v is not None],
+        backers=[updates[t] for t in (*voting, *witnessing)] if defense.backed_magnitude else [],
     )
     expected_hash = "0x" + content_hash(encode_model(new_state, new_server or None))
     fixed = job.global_models.get(round=round_)

@@ -4,24 +4,26 @@ steps run, and FedNova aggregation of unequal work, with real training through t
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
 
 from backend.cluster import runner as cluster_runner
 from backend.cluster.models import WorkController
-from backend.jobs.config import MAX_LOCAL_STEPS, ConfigError, DPConfig, JobConfig
 from backend.jobs.driver import adaptive_work
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import decode_update, encode_update, update_spec
 from fl_node.data import ArrayDataset
+from fl_node.job import aggregation, training
+from fl_node.job.config import ConfigError, DPConfig, JobConfig
+from fl_node.job.limits import MAX_LOCAL_STEPS
+from fl_node.job.plan import privacy_plan
 from fl_node.local_round import local_round
 from fl_node.normalized_average import WorkUpdate, normalized_average, work_norm
 from fl_node.privacy import rdp_epsilon
 from fl_node.privacy_plan import train_release
 from fl_node.train import step_boundary
+from tests.builders import job_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,22 +31,18 @@ FAST, SLOW = "0x" + "aa" * 20, "0x" + "bb" * 20
 
 
 def _config(**overrides) -> JobConfig:
-    base = dict(
-        name="adaptive",
-        model="mlp",
+    adaptive = dict(
         input_shape=(1, 8, 8),
         num_classes=3,
-        schema_hash="0x" + "00" * 32,
         rounds=5,
         batch_size=16,
         lr=0.1,
         momentum=0.5,
-        dp=DPConfig(mode="none"),
         round_timeout_s=2,
         adaptive_work=True,
         max_local_steps=40,
     )
-    return JobConfig(**(base | overrides))
+    return job_config(**(adaptive | overrides))
 
 
 def test_the_flag_is_bounded_and_old_configs_keep_their_bytes():
@@ -90,9 +88,9 @@ def test_the_controller_lives_in_the_database_and_counts_each_round_once():
 
 def test_the_round_is_charged_for_the_steps_it_runs_within_the_planned_bound():
     config = _config(dp=DPConfig(mode="sgd", target_epsilon=3.0, delta=1e-5))
-    plan = config.privacy_plan(num_train=900, num_records=1000, scores_per_round=2)
+    plan = privacy_plan(config, num_train=900, num_records=1000, scores_per_round=2)
     assert plan.train.steps == 40  # the noise is calibrated for the most a round may run
-    train_config = config.train_config(seed=0, plan=plan)
+    train_config = training.train_config(config, seed=0, plan=plan)
     small, release = adaptive_work.plan_round(FAST, 3, config, train_config, plan)
     assert (
         small.local_steps == release.steps == 10 and release.noise_multiplier == plan.train.noise_multiplier
@@ -109,9 +107,11 @@ def test_the_round_is_charged_for_the_steps_it_runs_within_the_planned_bound():
     assert small.lr == 0.1 and big.lr == pytest.approx(0.1 * work_norm(10, 0.5) / work_norm(40, 0.5))
     # Without the flag: the fixed plan, untouched.
     fixed = _config(adaptive_work=False, max_local_steps=0, dp=config.dp)
-    fixed_plan = fixed.privacy_plan(num_train=900, num_records=1000, scores_per_round=2)
-    same, release = adaptive_work.plan_round(FAST, 3, fixed, fixed.train_config(0, fixed_plan), fixed_plan)
-    assert release is fixed_plan.train and same == fixed.train_config(0, fixed_plan)
+    fixed_plan = privacy_plan(fixed, num_train=900, num_records=1000, scores_per_round=2)
+    same, release = adaptive_work.plan_round(
+        FAST, 3, fixed, training.train_config(fixed, 0, fixed_plan), fixed_plan
+    )
+    assert release is fixed_plan.train and same == training.train_config(fixed, 0, fixed_plan)
 
 
 def _history(release):
@@ -155,60 +155,49 @@ def _shares(parts: int = 2, n: int = 200):
 
 
 def test_unequal_nodes_settle_on_unequal_work_and_aggregate_by_fednova():
-    """Two nodes train for real through the cluster runner, one slowed by a sleep before every
-    step; each node's controller (in the database) sets its next round's steps from the time it
-    measured against the round's target, and the updates carry their steps into FedNova."""
+    """Two nodes train for real through the cluster runner, each timed by a clock of its own that
+    every training step advances by that node's step time (the runner's ``clock``): the slow
+    node's steps take 0.15 s, the fast one's 0.02 s, whatever the machine's load. Each node's
+    controller (in the database) sets its next round's steps from the time it measured against
+    the round's target, and the updates carry their steps into FedNova."""
     config = _config(round_timeout_s=4)  # target: 2 s per round; bound 40 steps
-    global_state = {k: v.clone() for k, v in config.build_model().state_dict().items()}
+    global_state = {k: v.clone() for k, v in training.build_model(config).state_dict().items()}
     spec = update_spec(global_state)
     shares = dict(zip((FAST, SLOW), _shares(), strict=True))
-    pause = {FAST: 0.0, SLOW: 0.15}  # the slow node: at most about 13 steps fit in 2 s
+    step_s = {FAST: 0.02, SLOW: 0.15}  # the slow node: 13 steps fit in 2 s; the fast one: the bound
+    now = {FAST: 0.0, SLOW: 0.0}
 
     def pace(node):
         def hook(_step: int) -> None:
-            if pause[node]:
-                time.sleep(pause[node])
+            now[node] += step_s[node]
 
         return hook
 
     def train_round(node: str, round_: int) -> bytes:
         train_config, _ = adaptive_work.plan_round(
-            node, 9, config, config.train_config(round_), _no_dp(config)
+            node, 9, config, training.train_config(config, round_), _no_dp(config)
         )
 
         def paced(*args, **kwargs):
             with step_boundary(pace(node)):
                 return local_round(*args, **kwargs)
 
-        started = time.perf_counter()
+        started = now[node]
         result = cluster_runner.run(
             9,
             round_,
             paced,
-            config.build_model(),
+            training.build_model(config),
             global_state,
             shares[node],
             train_config,
             num_classes=3,
             node=node,
+            clock=lambda: now[node],
         )
         blob = encode_update(result.update)
-        return adaptive_work.finish_round(
-            node, 9, config, round_, train_config, blob, time.perf_counter() - started
-        )
+        return adaptive_work.finish_round(node, 9, config, round_, train_config, blob, now[node] - started)
 
-    # A warm-up task (round 0, not observed): a first training in a fresh process pays one-time
-    # costs (seconds, on a loaded machine) that would read as a very late round.
-    cluster_runner.run(
-        9,
-        0,
-        local_round,
-        config.build_model(),
-        global_state,
-        shares[FAST],
-        config.train_config(0),
-        num_classes=3,
-    )
     history = {FAST: [], SLOW: []}
     for round_ in range(1, 6):
         blobs = {node: train_round(node, round_) for node in (FAST, SLOW)}
@@ -224,7 +213,7 @@ def test_unequal_nodes_settle_on_unequal_work_and_aggregate_by_fednova():
     # it equals fl_node's normalized averaging of the same updates, and is not FedAvg.
     weighted = [WeightedUpdate(decode_update(b, spec), len(shares[n]), n) for n, b in blobs.items()]
     steps = {n: adaptive_work.claimed_steps(b, config) for n, b in blobs.items()}
-    aggregated, _ = adaptive_work.strategy(config, steps).aggregate(global_state, weighted)
+    aggregated, _ = aggregation.strategy(config, steps).aggregate(global_state, weighted)
     expected = normalized_average(
         global_state,
         [WorkUpdate(w.update, w.num_samples, steps[w.id], w.id) for w in weighted],
@@ -239,10 +228,11 @@ def test_unequal_nodes_settle_on_unequal_work_and_aggregate_by_fednova():
     by_work = [WeightedUpdate(w.update, steps[w.id] * 16, w.id) for w in weighted]
     processed, _ = get_strategy("fedavg").aggregate(global_state, by_work)
     assert any(not torch.equal(aggregated[n], processed[n]) for n in expected)
-    again, _ = adaptive_work.strategy(config, steps).aggregate(global_state, list(reversed(weighted)))
+    again, _ = aggregation.strategy(config, steps).aggregate(global_state, list(reversed(weighted)))
     assert all(torch.equal(again[n], aggregated[n]) for n in expected)  # the same bytes on every member
-    assert adaptive_work.strategy(_config(adaptive_work=False, max_local_steps=0), steps) is None
+    fixed = aggregation.strategy(_config(adaptive_work=False, max_local_steps=0), steps)
+    assert not isinstance(fixed, aggregation.NormalizedAverage) and fixed.name == "fedavg"
 
 
 def _no_dp(config: JobConfig):
-    return config.privacy_plan(num_train=200, num_records=250, scores_per_round=1)
+    return privacy_plan(config, num_train=200, num_records=250, scores_per_round=1)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import queue
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -32,11 +32,26 @@ def test_parts_outside_a_collector_only_run_the_block():
 
 
 def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch):
+    # Driven by what the agent does, not by the clock: each tick is put on a queue, each look at
+    # the head counted, and the test waits for those (the timeouts only bound a hung agent).
     head = {"n": 1}
-    ticks = []
-    ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=lambda: head["n"])))
+    polls = {"n": 0}
+    polled = threading.Condition()
+
+    def block_number() -> int:
+        with polled:
+            polls["n"] += 1
+            polled.notify_all()
+        return head["n"]
+
+    def polls_after(count: int) -> bool:
+        with polled:
+            return polled.wait_for(lambda: polls["n"] >= count, timeout=60)
+
+    ticks: queue.Queue[int] = queue.Queue()
+    ctx = SimpleNamespace(ledger=SimpleNamespace(client=SimpleNamespace(block_number=block_number)))
     monkeypatch.setattr(
-        agent, "tick", lambda _ctx, _dispatch, _head=None, _gate=None: ticks.append(time.monotonic()) or []
+        agent, "tick", lambda _ctx, _dispatch, _head=None, _gate=None: ticks.put(head["n"]) or []
     )
     stop = threading.Event()
     thread = threading.Thread(
@@ -46,16 +61,13 @@ def test_agent_ticks_on_a_new_block_without_waiting_for_the_interval(monkeypatch
     )
     thread.start()
     try:
-        deadline = time.monotonic() + 60  # generous: only a loaded machine gets near it
-        while not ticks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 1  # the first tick; the interval (60 s) is far off
+        assert ticks.get(timeout=60) == 1  # the first tick; the interval (60 s) is far off
         head["n"] = 2
-        while len(ticks) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ticks) == 2  # the new block triggered a tick
-        time.sleep(0.1)
-        assert len(ticks) == 2  # an unchanged head does not
+        assert ticks.get(timeout=60) == 2  # the new block triggered a tick
+        with polled:
+            seen = polls["n"]
+        assert polls_after(seen + 5)  # the agent looked at the unchanged head five more times...
+        assert ticks.empty()  # ...and did not tick
     finally:
         stop.set()
         thread.join(5)

@@ -64,13 +64,14 @@ def _put(directory: Path) -> None:
     """Store a sealed full-density update of SIZE bytes; write its reference, key and checks."""
     import torch
 
-    from backend.jobs import blobs, sealed
+    from backend.jobs import blobs
+    from backend.jobs.sealed import envelope
     from fl_node.codec import content_hash, encode_update
 
     rows = SIZE // (256 * 4)
     table = torch.randn(rows, 256, generator=torch.Generator().manual_seed(5))
     plaintext = encode_update({"table": table}, encodings={"table": "dense"})
-    blob, key = sealed.seal(plaintext)
+    blob, key = envelope.seal(plaintext)
     reference = blobs.put(SimpleCtx(_swarm(directory)), blob)
     (directory / "update.json").write_text(
         json.dumps(
@@ -93,19 +94,20 @@ def _put_and_read(directory: Path) -> None:
 
     import torch
 
-    from backend.jobs import blobs, sealed
+    from backend.jobs import blobs
+    from backend.jobs.sealed import envelope
     from fl_node.codec import decode_update
 
     _put(directory)
     facts = json.loads((directory / "update.json").read_text())
     ctx = SimpleCtx(_swarm(directory))
     spec = {"table": (facts["rows"], 256)}
-    bound = 4 * facts["rows"] * 256 + blobs.CODEC_SLACK_BYTES + sealed.OVERHEAD
+    bound = 4 * facts["rows"] * 256 + blobs.CODEC_SLACK_BYTES + envelope.OVERHEAD
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the resting size
     resting = _status("VmRSS")
     blob = blobs.get(ctx, facts["reference"], max_bytes=bound)
-    plaintext = sealed.unseal(blob, bytes.fromhex(facts["key"]), facts["hash"])
+    plaintext = envelope.unseal(blob, bytes.fromhex(facts["key"]), facts["hash"])
     del blob
     update = decode_update(plaintext, spec)
     del plaintext
@@ -133,30 +135,30 @@ class SimpleCtx:
 
 
 def test_an_owned_blob_opens_in_place_only_under_its_key_and_to_its_hash():
-    from backend.jobs import sealed
+    from backend.jobs.sealed import envelope
     from fl_node.codec import OwnedBuffer, content_hash
 
     plaintext = os.urandom(3 * MIB + 5)  # several slices, the last one short
-    blob, key = sealed.seal(plaintext)
+    blob, key = envelope.seal(plaintext)
     digest = content_hash(plaintext)
     owned = OwnedBuffer(blob)
-    with pytest.raises(sealed.SealError, match="does not open"):
-        sealed.unseal(owned, os.urandom(sealed.KEY_BYTES), digest)
+    with pytest.raises(envelope.KeyMismatch, match="commits to"):
+        envelope.unseal(owned, os.urandom(envelope.KEY_BYTES), digest)
     assert owned == blob  # untouched: the caller may try another holder's key
-    with pytest.raises(sealed.WrongContent):
-        sealed.unseal(owned, key, "0x" + "00" * 32)
+    with pytest.raises(envelope.WrongContent):
+        envelope.unseal(owned, key, "0x" + "00" * 32)
     assert owned == blob
     tampered = OwnedBuffer(blob)
     tampered[len(blob) // 2] ^= 1
-    with pytest.raises(sealed.SealError, match="does not open"):
-        sealed.unseal(tampered, key, digest)
-    with pytest.raises(sealed.SealError, match="not a sealed update"):
-        sealed.unseal(OwnedBuffer(blob[: sealed.OVERHEAD - 1]), key, digest)
-    empty, empty_key = sealed.seal(b"")  # the shortest sealed blob: header and tag only
-    assert sealed.unseal(OwnedBuffer(empty), empty_key, content_hash(b"")) == b""
-    opened = sealed.unseal(owned, key, "0x" + digest.upper())
+    with pytest.raises(envelope.SealError, match="does not open"):
+        envelope.unseal(tampered, key, digest)
+    with pytest.raises(envelope.SealError, match="not a sealed update"):
+        envelope.unseal(OwnedBuffer(blob[: envelope.OVERHEAD - 1]), key, digest)
+    empty, empty_key = envelope.seal(b"")  # the shortest sealed blob: header and tag only
+    assert envelope.unseal(OwnedBuffer(empty), empty_key, content_hash(b"")) == b""
+    opened = envelope.unseal(owned, key, "0x" + digest.upper())
     assert opened is owned and opened == plaintext  # the same buffer, now the update
-    assert sealed.unseal(blob, key, digest) == plaintext  # immutable bytes: the one-shot path
+    assert envelope.unseal(blob, key, digest) == plaintext  # immutable bytes: the one-shot path
 
 
 def test_an_owned_buffer_backs_the_decoded_tensors_and_other_bytes_are_copied():

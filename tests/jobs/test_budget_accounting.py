@@ -1,18 +1,19 @@
-"""The cached RDP accounting equals Opacus's full recomputation, and the budget stays strict.
+"""The cached RDP accounting equals the full recomputation, and the budget stays strict.
 
-fl_node.privacy composes cached one-step RDP curves instead of calling compute_rdp for every
-history entry on every check; the figures must be Opacus's own composition, bit for bit.
+fl_node.privacy composes cached one-step replace-one RDP curves instead of integrating every
+history entry on every check; the figures must be the uncached composition, bit for bit.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from opacus.accountants import RDPAccountant
 
 from backend.api.errors import BudgetExceeded
 from backend.datasets import budget
 from backend.datasets.models import Dataset, PrivacyRelease
-from fl_node.privacy import BudgetLedger, PrivacyHistory, rdp_epsilon
+from fl_node.privacy import BudgetLedger, PrivacyHistory, rdp_epsilon, rdp_to_epsilon, replace_one_rdp
+from tests.builders import stored_dataset
 
 DELTA = 1e-5
 RUNS = [  # (noise, sample rate, steps): repeated mechanisms merge, others append
@@ -33,32 +34,15 @@ def _history(runs) -> PrivacyHistory:
 
 
 @pytest.mark.parametrize("length", range(len(RUNS) + 1))
-def test_cached_rdp_is_opacus_composition_bit_for_bit(length):
+def test_cached_rdp_is_the_uncached_composition_bit_for_bit(length):
     history = _history(RUNS[:length])
     expected = 0.0
     if length:
-        accountant = RDPAccountant()
-        accountant.history = history.as_tuples()
-        expected = accountant.get_epsilon(delta=DELTA)
+        curve = sum(
+            (steps * replace_one_rdp(noise, rate) for noise, rate, steps in history.as_tuples()), np.zeros(1)
+        )
+        expected = rdp_to_epsilon(curve, delta=DELTA)[0]
     assert rdp_epsilon(history, delta=DELTA) == expected
-
-
-def _dataset(epsilon_cap: float) -> Dataset:
-    return Dataset.objects.create(
-        name="accounting",
-        format="npz",
-        num_samples=10,
-        feature_shape=[4],
-        num_features=4,
-        classes=["a", "b"],
-        schema_hash="0" * 64,
-        content_hash="1" * 64,
-        size_bytes=1,
-        encrypted_reference="",
-        status="stored",
-        epsilon_cap=epsilon_cap,
-        delta=DELTA,
-    )
 
 
 def _combined(dataset: Dataset) -> PrivacyHistory:
@@ -73,7 +57,7 @@ def _combined(dataset: Dataset) -> PrivacyHistory:
 
 @pytest.mark.django_db
 def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
-    dataset = _dataset(epsilon_cap=50.0)
+    dataset = stored_dataset("accounting", num_samples=10, epsilon_cap=50.0, delta=DELTA)
     for i, (noise, rate, steps) in enumerate(RUNS):
         if i == 3:
             # Another process of the node (a Celery worker) wrote a spend: the next charge sees it.
@@ -109,7 +93,7 @@ def test_charges_across_jobs_and_writers_equal_the_full_recomputation():
 
 @pytest.mark.django_db
 def test_an_over_budget_run_is_refused_before_anything_is_recorded():
-    dataset = _dataset(epsilon_cap=4.0)
+    dataset = stored_dataset("accounting", num_samples=10, epsilon_cap=4.0, delta=DELTA)
     budget.reserve_budget(dataset, "1", noise_multiplier=1.1, sample_rate=64 / 576, steps=9)
     before = list(dataset.releases.values_list("job", "noise_multiplier", "steps", "status"))
     with pytest.raises(BudgetExceeded, match="privacy budget exceeded"):

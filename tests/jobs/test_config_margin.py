@@ -7,31 +7,20 @@ import json
 
 import pytest
 
-from backend.jobs.config import ConfigError, DPConfig, JobConfig
-
-
-def config() -> JobConfig:
-    return JobConfig(
-        name="margin",
-        model="mlp",
-        input_shape=(4,),
-        num_classes=2,
-        schema_hash="00",
-        rounds=2,
-        dp=DPConfig("none"),
-    )
+from fl_node.job.config import ConfigError, JobConfig
+from tests.builders import job_config
 
 
 @pytest.mark.parametrize("margin", ["x", None, -1, 10_001, 10**30, [1]])
 def test_a_hostile_margin_in_a_remote_config_is_a_config_error(margin):
-    data = json.loads(config().to_bytes())
+    data = json.loads(job_config().to_bytes())
     data["margin_bp"] = margin
     with pytest.raises(ConfigError):
         JobConfig.from_bytes(json.dumps(data).encode())
 
 
 def test_the_largest_margin_is_accepted():
-    data = json.loads(config().to_bytes())
+    data = json.loads(job_config().to_bytes())
     data["margin_bp"] = 10_000
     assert (
         JobConfig.from_bytes(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).margin_bp

@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 from jobs_helpers import mirror_job
 
-from backend.jobs import chain, sealed
+from backend.jobs import chain
 from backend.jobs.driver.memory import DriverMemory
+from backend.jobs.sealed import key_release
 from backend.ledger import models as mirror
 
 pytestmark = pytest.mark.django_db
@@ -36,14 +37,33 @@ def submit(job: mirror.Job, trainers) -> None:
 def test_the_mirror_shows_the_training_over_only_with_every_trainers_update_in():
     job = a_job()
     submit(job, NODES[1:3])
-    assert not sealed._over_in_mirror(7, 2)  # two of the three trainers
+    assert not key_release._over_in_mirror(7, 2)  # two of the three trainers
     submit_last = job.updates.create(
         round=2, trainer=NODES[3], index=2, reference="0x6", content_hash="0x9", samples=9
     )
-    assert submit_last and sealed._over_in_mirror(7, 2)
-    assert sealed._over_in_mirror(7, 1)  # an earlier round
-    assert not sealed._over_in_mirror(7, 3)  # a round not open yet
-    assert not sealed._over_in_mirror(8, 2)  # a job this mirror does not know
+    assert submit_last and key_release._over_in_mirror(7, 2)
+    assert key_release._over_in_mirror(7, 1)  # an earlier round
+    assert not key_release._over_in_mirror(7, 3)  # a round not open yet
+    assert not key_release._over_in_mirror(8, 2)  # a job this mirror does not know
+
+
+def test_a_participant_that_never_revealed_its_draw_secret_is_no_trainer_to_wait_for():
+    job = a_job()
+    job.participants.filter(node=NODES[3]).update(drawn=False)  # took no part after the draw
+    submit(job, NODES[1:3])
+    assert key_release._over_in_mirror(7, 2)  # the two drawn trainers are in
+    on_chain = Contract(update_count=2, now=0).state
+    on_chain.reveal_count = 3
+    assert key_release.training_over(on_chain, 2, 0)
+    on_chain.reveal_count = 4
+    assert not key_release.training_over(on_chain, 2, 0)
+
+
+def test_an_early_update_is_not_released_before_its_round_is_open_and_its_training_over():
+    """An update sent early (its round still aggregating the previous one) waits for its round."""
+    on_chain = Contract(update_count=0, now=0).state
+    on_chain.round, on_chain.phase = 1, chain.RoundPhase.AGGREGATING
+    assert not key_release.training_over(on_chain, 2, 10**9)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +75,7 @@ def test_the_mirror_shows_the_training_over_only_with_every_trainers_update_in()
 )
 def test_a_round_out_of_training_or_an_ended_job_releases(status, round_status):
     a_job(status=status, round_status=round_status)
-    assert sealed._over_in_mirror(7, 2)
+    assert key_release._over_in_mirror(7, 2)
 
 
 class Contract:
@@ -63,7 +83,7 @@ class Contract:
 
     def __init__(self, update_count: int, now: int) -> None:
         self.state = SimpleNamespace(
-            round=2, status=chain.JobStatus.RUNNING, phase=chain.RoundPhase.TRAINING, participant_count=4,
+            round=2, status=chain.JobStatus.RUNNING, phase=chain.RoundPhase.TRAINING, participant_count=4, reveal_count=4,
             committee_size=1, update_count=update_count, update_deadline=1_000, use_blocks=False,
         )  # fmt: skip
         self.now, self.reads = now, []
@@ -79,9 +99,9 @@ def test_a_lagging_mirror_leaves_the_decision_to_the_contract_and_a_release_is_r
     contract = Contract(update_count=3, now=0)
     contract.install(monkeypatch)
     ctx = SimpleNamespace(memory=DriverMemory())
-    assert sealed.released(ctx, 7, 2)
+    assert key_release.released(ctx, 7, 2)
     assert contract.reads == ["state"]  # over by the state alone: no clock read
-    assert sealed.released(ctx, 7, 2) and contract.reads == ["state"]  # remembered
+    assert key_release.released(ctx, 7, 2) and contract.reads == ["state"]  # remembered
 
 
 def test_still_training_on_chain_is_refused_until_the_deadline_passes(monkeypatch):
@@ -89,10 +109,10 @@ def test_still_training_on_chain_is_refused_until_the_deadline_passes(monkeypatc
     contract = Contract(update_count=1, now=1_000)
     contract.install(monkeypatch)
     ctx = SimpleNamespace(memory=DriverMemory())
-    assert not sealed.released(ctx, 7, 2)
+    assert not key_release.released(ctx, 7, 2)
     assert contract.reads == ["state", "clock"]
-    contract.now = 1_000 + sealed.RELEASE_SLACK_S + 1  # past the deadline by more than the slack
-    assert sealed.released(ctx, 7, 2)
+    contract.now = 1_000 + key_release.RELEASE_SLACK_S + 1  # past the deadline by more than the slack
+    assert key_release.released(ctx, 7, 2)
 
 
 def test_a_mirror_that_shows_it_over_reads_nothing_from_the_chain(monkeypatch):
@@ -100,5 +120,5 @@ def test_a_mirror_that_shows_it_over_reads_nothing_from_the_chain(monkeypatch):
     submit(job, NODES[1:4])
     contract = Contract(update_count=0, now=0)
     contract.install(monkeypatch)
-    assert sealed.released(SimpleNamespace(memory=DriverMemory()), 7, 2)
+    assert key_release.released(SimpleNamespace(memory=DriverMemory()), 7, 2)
     assert contract.reads == []

@@ -15,21 +15,25 @@ from pathlib import Path
 from backend.jobs.driver.memory import DriverMemory, Lru
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = sorted((ROOT / "backend/jobs/driver").glob("*.py")) + [
-    ROOT / "backend/jobs/blobs.py",
-    ROOT / "backend/jobs/sealed.py",
-    ROOT / "backend/jobs/chain.py",
-    ROOT / "backend/jobs/services.py",
-    ROOT / "backend/jobs/context.py",
-]
+MODULES = (
+    sorted((ROOT / "backend/jobs/driver").glob("*.py"))
+    + sorted((ROOT / "backend/jobs/sealed").glob("*.py"))
+    + [
+        ROOT / "backend/jobs/blobs.py",
+        ROOT / "backend/jobs/chain.py",
+        ROOT / "backend/jobs/discovery.py",
+        ROOT / "backend/jobs_api/services.py",
+        ROOT / "backend/jobs/context.py",
+    ]
+)
 SERVING = sorted((ROOT / "backend/serving").glob("*.py"))
 # The composition root: the one module of the above that reads Django settings (current_node()).
 ROOT_MODULE = ROOT / "backend/jobs/context.py"
 CONTAINERS = {"dict", "set", "list"}  # and any class called (its name capitalized): an object
 ALLOWED = {
     # Process resources, not a node's memory: the key threads keep nothing between requests.
-    ("sealed.py", "_pool"),
-    ("sealed.py", "_pool_lock"),
+    ("key_gathering.py", "_pool"),
+    ("key_gathering.py", "_pool_lock"),
     # The action's timing collector: a context variable, its value the running action's own.
     ("timing.py", "_current"),
     # The serving app's loaded modules (ModelCache): a memo of the database's GlobalModel rows, each

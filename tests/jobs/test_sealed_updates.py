@@ -16,11 +16,12 @@ import os
 
 import pytest
 from django.test import Client
-from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
+from jobs_helpers import acting_as, add_dataset, digits_parts, draw_committee, job_request, make_nodes
 
-from backend.jobs import blobs, chain, sealed
+from backend.jobs import blobs, chain
 from backend.jobs.driver.memory import DriverMemory
 from backend.jobs.models import UpdateKey
+from backend.jobs.sealed import envelope, key_gathering, key_release, key_requests, key_store, reader
 from fl_node.codec import content_hash
 
 pytestmark = pytest.mark.django_db
@@ -29,34 +30,66 @@ pytestmark = pytest.mark.django_db
 # ----------------------------------------------------------------------------------------- crypto
 def test_a_sealed_update_opens_only_under_its_key_to_its_hash():
     update = os.urandom(5000)
-    blob, key = sealed.seal(update)
-    assert len(key) == sealed.KEY_BYTES and len(blob) == len(update) + sealed.OVERHEAD
+    blob, key = envelope.seal(update)
+    assert len(key) == envelope.KEY_BYTES and len(blob) == len(update) + envelope.OVERHEAD
     assert update not in blob
-    assert sealed.unseal(blob, key, "0x" + content_hash(update)) == update
-    assert sealed.unseal(blob, key, bytes.fromhex(content_hash(update))) == update  # an event's bytes32
-    again, other_key = sealed.seal(update)
+    assert envelope.unseal(blob, key, "0x" + content_hash(update)) == update
+    assert envelope.unseal(blob, key, bytes.fromhex(content_hash(update))) == update  # an event's bytes32
+    again, other_key = envelope.seal(update)
     assert again != blob and other_key != key  # fresh key and nonce every time
-    with pytest.raises(sealed.SealError, match="does not open"):
-        sealed.unseal(blob, other_key, content_hash(update))
-    with pytest.raises(sealed.WrongContent):
-        sealed.unseal(blob, key, content_hash(b"another update"))
+    with pytest.raises(envelope.KeyMismatch, match="commits to"):  # a holder's error, not the trainer's
+        envelope.unseal(blob, other_key, content_hash(update))
+    with pytest.raises(envelope.WrongContent):
+        envelope.unseal(blob, key, content_hash(b"another update"))
     tampered = bytearray(blob)
     tampered[-40] ^= 1
-    with pytest.raises(sealed.SealError, match="does not open"):
-        sealed.unseal(bytes(tampered), key, content_hash(update))
+    with pytest.raises(envelope.WrongContent, match="does not open"):
+        envelope.unseal(bytes(tampered), key, content_hash(update))
     for bad_key in (b"", key[:16], key + b"\0"):
-        with pytest.raises(sealed.SealError, match="bytes"):
-            sealed.unseal(blob, bad_key, content_hash(update))
-    for bad_blob in (b"", b"DFS1" + bytes(10), update):
-        with pytest.raises(sealed.SealError, match="not a sealed update"):
-            sealed.unseal(bad_blob, key, content_hash(update))
-    assert issubclass(sealed.SealError, blobs.BlobMismatch)  # scored 0 like any altered update
+        with pytest.raises(envelope.KeyMismatch, match="bytes"):
+            envelope.unseal(blob, bad_key, content_hash(update))
+    for bad_blob in (b"", b"DFS1" + bytes(10), b"DFS1" + blob[4:], update):
+        with pytest.raises(envelope.WrongContent, match="not a sealed update"):
+            envelope.unseal(bad_blob, key, content_hash(update))
+    assert issubclass(envelope.SealError, blobs.BlobMismatch)  # scored 0 like any altered update
+
+
+def _two_key_blob(good: bytes, other: bytes) -> tuple[bytes, bytes, bytes]:
+    """The issue-32 attack on a sealed update: one blob meant to open to ``good`` under the key the
+    trainer gives the scorers and to ``other`` under the key it gives everyone else. With a
+    key-committing header a blob names one key; the trainer can at best commit to one key and
+    encrypt under the other. Returns (blob, the committed key, the key it encrypted under)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    committed, used = os.urandom(32), os.urandom(32)
+    header = envelope.MAGIC + envelope.key_commitment(committed)
+    nonce = os.urandom(envelope.NONCE_BYTES)
+    return header + nonce + AESGCM(used).encrypt(nonce, good, header), committed, used
+
+
+def test_a_blob_opens_under_one_key_only_so_every_node_reaches_the_same_verdict():
+    good, other = os.urandom(3000), os.urandom(3000)
+    blob, committed, used = _two_key_blob(good, other)
+    expected = content_hash(good)
+    # the key it encrypted under is not the committed one: refused as a holder's error everywhere
+    with pytest.raises(envelope.KeyMismatch):
+        envelope.unseal(blob, used, expected)
+    # the committed key does not open it: the trainer's fault, final
+    with pytest.raises(envelope.WrongContent):
+        envelope.unseal(blob, committed, expected)
+    # the same verdicts for a large blob opened in place (the reader's path above the cache size)
+    from fl_node.codec import OwnedBuffer
+
+    for key, error in ((used, envelope.KeyMismatch), (committed, envelope.WrongContent)):
+        owned = OwnedBuffer(blob)
+        with pytest.raises(error):
+            envelope.unseal(owned, key, expected)
 
 
 @pytest.mark.parametrize(
     "body",
     [
-        b"x" * (sealed.MAX_REQUEST_BYTES + 1),
+        b"x" * (key_release.MAX_REQUEST_BYTES + 1),
         b"not json",
         b"[1, 2]",
         b'{"job": true, "round": 1, "trainer": "0x' + b"a" * 40 + b'"}',
@@ -69,7 +102,7 @@ def test_a_sealed_update_opens_only_under_its_key_to_its_hash():
 )
 def test_a_key_request_is_bounded_before_anything_is_looked_up(body):
     with pytest.raises(ValueError):
-        sealed.parse_request(body)
+        key_release.parse_request(body)
 
 
 # ------------------------------------------------------------------------------- one sealed round
@@ -77,8 +110,10 @@ def _signed_post(account, receiver: str, job_id: int, round_: int, trainer: str)
     from backend.peers.signing import RequestSigner
 
     body = json.dumps({"job": job_id, "round": round_, "trainer": trainer}).encode()
-    headers = RequestSigner(bytes(account.key)).headers("POST", sealed.KEY_PATH, body, receiver=receiver)
-    return Client().post(sealed.KEY_PATH, data=body, content_type="application/json", headers=headers)
+    headers = RequestSigner(bytes(account.key)).headers(
+        "POST", key_requests.KEY_PATH, body, receiver=receiver
+    )
+    return Client().post(key_requests.KEY_PATH, data=body, content_type="application/json", headers=headers)
 
 
 def _tick(node, monkeypatch, kinds=None):
@@ -118,6 +153,7 @@ def test_a_sealed_round_with_a_curious_member_a_copier_and_an_outage(operator_cl
     with acting_as(nodes[0], monkeypatch):
         started = operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json")
         assert started.status_code == 200, started.content
+    draw_committee(nodes, job_id)
     chain.sync_mirror(nodes[0].ctx)
     job = mirror.Job.objects.get(job_id=job_id)
     seats = set(state.seats(job, 1))
@@ -142,7 +178,7 @@ def test_a_sealed_round_with_a_curious_member_a_copier_and_an_outage(operator_cl
     chain.sync_mirror(nodes[0].ctx)
     victims = job.updates.get(round=1, trainer=victim.ctx.address)
     sealed_blob = blobs.get(victim.ctx, victims.reference)
-    assert sealed_blob.startswith(sealed.MAGIC)
+    assert sealed_blob.startswith(envelope.MAGIC)
 
     # Before the deadline (two of three updates in) a participant gets no key, over the peer API.
     settings.DEFL_PEERS = [f"{n.ctx.address}@http://n{i}.test" for i, n in enumerate(nodes)]
@@ -189,7 +225,7 @@ def test_a_sealed_round_with_a_curious_member_a_copier_and_an_outage(operator_cl
     assert inside.status_code == 200, inside.content
     key = bytes.fromhex(inside.json()["key"])
     assert content_hash(
-        sealed.unseal(sealed_blob, key, victims.content_hash)
+        envelope.unseal(sealed_blob, key, victims.content_hash)
     ) == victims.content_hash.removeprefix("0x")
     settings.DEFL_PEERS = []
     factory.peer_directory.cache_clear()
@@ -217,7 +253,7 @@ def test_a_sealed_round_with_a_curious_member_a_copier_and_an_outage(operator_cl
         assert scores[copier.ctx.address] == 0, scores
         assert scores[victim.ctx.address] > 0 and scores[honest.ctx.address] > 0, scores
         # Each member keeps the keys it obtained (checked), and relays them.
-        assert {victim.ctx.address.lower(), honest.ctx.address.lower()} <= sealed.keys_held(
+        assert {victim.ctx.address.lower(), honest.ctx.address.lower()} <= key_store.keys_held(
             committed.node, job_id, 1
         )
     assert committee.key_deadline(chain.job_state(nodes[0].ctx, job_id)) > 0
@@ -226,20 +262,22 @@ def test_a_sealed_round_with_a_curious_member_a_copier_and_an_outage(operator_cl
     UpdateKey.objects.filter(node=victim.ctx.address).delete()
     honest.ctx.memory.blobs.clear()
     UpdateKey.objects.filter(node=honest.ctx.address, trainer=victim.ctx.address).delete()
-    update = sealed.read_update(honest.ctx, job_id, 1, victims, max_bytes=len(sealed_blob))
+    update = reader.read_update(honest.ctx, job_id, 1, victims, max_bytes=len(sealed_blob))
     assert content_hash(update) == victims.content_hash.removeprefix("0x")
-    assert victim.ctx.address.lower() in sealed.keys_held(honest.ctx.address, job_id, 1)
+    assert victim.ctx.address.lower() in key_store.keys_held(honest.ctx.address, job_id, 1)
 
     # A holder whose mirror lags its own submit (its update not indexed yet) answers from the
     # contract: the trainer on chain for the held key's content hash in that round.
     own = dict(node=honest.ctx.address, job_id=job_id, round=1, trainer=honest.ctx.address)
     job.updates.filter(round=1, trainer=honest.ctx.address).delete()
-    given = sealed.answer(honest.ctx, honest.ctx.address, copier.ctx.address, job_id, 1, honest.ctx.address)
+    given = key_release.answer(
+        honest.ctx, honest.ctx.address, copier.ctx.address, job_id, 1, honest.ctx.address
+    )
     assert given == UpdateKey.objects.get(**own).key
     # A held key whose hash the chain does not record for that trainer stays refused.
     UpdateKey.objects.filter(**own).update(content_hash="0x" + os.urandom(32).hex())
-    with pytest.raises(sealed.KeyRefused) as refused:
-        sealed.answer(honest.ctx, honest.ctx.address, copier.ctx.address, job_id, 1, honest.ctx.address)
+    with pytest.raises(key_release.KeyRefused) as refused:
+        key_release.answer(honest.ctx, honest.ctx.address, copier.ctx.address, job_id, 1, honest.ctx.address)
     assert refused.value.status == 404
 
 
@@ -278,7 +316,7 @@ class _Holders:
                 elif kind == "silent":
                     holders.release.wait(10)
                 elif kind == "huge":
-                    body = b'{"key": "' + b"0" * sealed.MAX_ANSWER_BYTES + b'"}'
+                    body = b'{"key": "' + b"0" * key_requests.MAX_ANSWER_BYTES + b'"}'
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -309,12 +347,12 @@ def test_a_rounds_keys_are_asked_for_at_once_and_bad_holders_cost_one_timeout(mo
 
     account = Account.create()
     ctx = SimpleNamespace(swarm=node_swarm(), address=account.address, memory=DriverMemory())
-    monkeypatch.setattr(sealed, "READ_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(key_requests, "READ_TIMEOUT_S", 1.0)
     updates, behaviours, peers = {}, {}, []
     for kind in ("good", "good", "good", "wrong", "refuse", "silent", "huge", "garbage"):
         trainer = Account.create().address
         plaintext = os.urandom(3000)
-        blob, key = sealed.seal(plaintext)
+        blob, key = envelope.seal(plaintext)
         claimed = content_hash(plaintext if kind != "wrong" else b"a copy under a hash of its own")
         reference = blobs.put(ctx, blob)
         updates[trainer] = (
@@ -330,43 +368,47 @@ def test_a_rounds_keys_are_asked_for_at_once_and_bad_holders_cost_one_timeout(mo
         settings.DEFL_ALLOW_PRIVATE_PEERS = True
         factory.peer_directory.cache_clear()
         ctx.peers = peer_access(bytes(account.key))  # this node asks the holders over the peer API
-        missing = sealed.gather_keys(ctx, 77, 3, [u for _, u in updates.values()])
+        missing = key_gathering.gather_keys(ctx, 77, 3, [u for _, u in updates.values()])
     finally:
         holders.close()
         settings.DEFL_PEERS = []
         factory.peer_directory.cache_clear()
     # Refused, silent past the read timeout, or an answer past the bound: missing, asked again later.
     assert {u.trainer for u in missing} == by_kind({"refuse", "silent", "huge"})
-    assert not sealed.keys_held(ctx.address, 77, 3)  # nothing kept before a read checks it
+    assert not key_store.keys_held(ctx.address, 77, 3)  # nothing kept before a read checks it
     read = {}
     for trainer, (_, update) in updates.items():
         try:
-            read[trainer] = sealed.read_update(ctx, 77, 3, update, max_bytes=10_000, ask=False)
-        except sealed.SealError as exc:
+            read[trainer] = reader.read_update(ctx, 77, 3, update, max_bytes=10_000, ask=False)
+        except envelope.SealError as exc:
             read[trainer] = exc
-        except sealed.KeyUnavailable:
+        except reader.KeyUnavailable:
             read[trainer] = None
     # The three good holders answered only because all three were asked at the same time; their
     # keys open the blobs to the hashes on chain and are kept (and relayed) once read.
-    assert sealed.keys_held(ctx.address, 77, 3) == {t.lower() for t in by_kind({"good"})}
+    assert key_store.keys_held(ctx.address, 77, 3) == {t.lower() for t in by_kind({"good"})}
     for trainer in by_kind({"good"}):
         assert content_hash(read[trainer]) == updates[trainer][1].content_hash.removeprefix("0x")
         kept = UpdateKey.objects.get(node=ctx.address, job_id=77, round=3, trainer=trainer)
         assert kept.content_hash == updates[trainer][1].content_hash and not kept.own
     # A key that opens the blob to other content: refused at once (scored 0), never kept.
-    assert all(isinstance(read[t], sealed.WrongContent) for t in by_kind({"wrong"}))
+    assert all(isinstance(read[t], envelope.WrongContent) for t in by_kind({"wrong"}))
     # A key that does not open the blob is not kept either: the holders are asked again.
     assert all(read[t] is None for t in by_kind({"garbage", "refuse", "silent", "huge"}))
     # Held keys are not asked for again: nothing goes out, nothing is missing.
-    assert sealed.gather_keys(ctx, 77, 3, [updates[t][1] for t in by_kind({"good"})]) == []
+    assert key_gathering.gather_keys(ctx, 77, 3, [updates[t][1] for t in by_kind({"good"})]) == []
 
 
 def test_keys_asked_ahead_are_waited_for_not_asked_again(monkeypatch, settings):
     """The committee's agent asks for a round's keys as soon as its mirror shows the training over
-    (sealed.ask_ahead); the score action's gather_keys then waits on those requests: each holder
-    is asked once. An answer that comes after a restart cleared the node's memory is not kept."""
+    (key_gathering.ask_ahead); the score action's gather_keys then waits on those requests: each holder
+    is asked once. An answer that comes after a restart cleared the node's memory is not kept.
+
+    No clock: the holders answer once gather_keys waits on the requests (a probe around the
+    concurrent.futures.wait it calls), and the restart's answers are awaited through callbacks
+    registered after the node's own, which run in registration order."""
     import threading
-    import time
+    from concurrent.futures import wait
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from types import SimpleNamespace
 
@@ -388,7 +430,7 @@ def test_keys_asked_ahead_are_waited_for_not_asked_again(monkeypatch, settings):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             holder = self.path.split("/")[1]
             asked.append(holder)
-            hold.wait(5)  # answers travel while the agent goes on
+            assert hold.wait(60)  # answers travel while the agent goes on
             body = json.dumps({"key": keys[holder].hex()}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -404,7 +446,7 @@ def test_keys_asked_ahead_are_waited_for_not_asked_again(monkeypatch, settings):
     for i in range(3):
         trainer = Account.create().address
         plaintext = os.urandom(2000)
-        blob, keys[f"h{i}"] = sealed.seal(plaintext)
+        blob, keys[f"h{i}"] = envelope.seal(plaintext)
         updates.append(
             SimpleNamespace(
                 trainer=trainer, reference=blobs.put(ctx, blob), content_hash="0x" + content_hash(plaintext)
@@ -416,24 +458,36 @@ def test_keys_asked_ahead_are_waited_for_not_asked_again(monkeypatch, settings):
         settings.DEFL_ALLOW_PRIVATE_PEERS = True
         factory.peer_directory.cache_clear()
         ctx.peers = peer_access(bytes(account.key))
-        assert sealed.ask_ahead(ctx, 77, 4, updates) == 3  # returns at once: nothing answered yet
-        assert sealed.ask_ahead(ctx, 77, 4, updates) == 3  # the same three requests, not new ones
-        threading.Timer(0.2, hold.set).start()
-        assert sealed.gather_keys(ctx, 77, 4, updates) == []
+        assert key_gathering.ask_ahead(ctx, 77, 4, updates) == 3  # returns at once: nothing answered yet
+        assert key_gathering.ask_ahead(ctx, 77, 4, updates) == 3  # the same three requests, not new ones
+        in_flight = set(ctx.memory.sealed.asking.values())
+        waited_on = []
+
+        def answers_come_while_waited_for(futures, **options):
+            waited_on.append(set(futures))
+            hold.set()
+            return wait(futures, **options)
+
+        monkeypatch.setattr(key_gathering, "wait", answers_come_while_waited_for)
+        assert key_gathering.gather_keys(ctx, 77, 4, updates) == []
+        assert waited_on == [in_flight] and len(in_flight) == 3  # it waited on the requests asked ahead
         assert sorted(asked) == ["h0", "h1", "h2"]
         for update in updates:  # each offered key opens its blob to its hash, and is kept
-            sealed.read_update(ctx, 77, 4, update, max_bytes=10_000, ask=False)
-        assert sealed.keys_held(ctx.address, 77, 4) == {u.trainer.lower() for u in updates}
+            reader.read_update(ctx, 77, 4, update, max_bytes=10_000, ask=False)
+        assert key_store.keys_held(ctx.address, 77, 4) == {u.trainer.lower() for u in updates}
         assert not ctx.memory.sealed.asking  # nothing left in flight
 
         hold.clear()
-        sealed.ask_ahead(ctx, 77, 5, updates)  # round 5: asked, then the node restarts
+        key_gathering.ask_ahead(ctx, 77, 5, updates)  # round 5: asked, then the node restarts
+        answered = []
+        for future in ctx.memory.sealed.asking.values():  # after the node's own callback
+            event = threading.Event()
+            future.add_done_callback(lambda _future, event=event: event.set())
+            answered.append(event)
         ctx.memory.clear()
         hold.set()
-        deadline = time.monotonic() + 5
-        while len(asked) < 6 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.1)  # the answers' callbacks have run
+        assert len(answered) == 3 and all(event.wait(60) for event in answered)
+        assert sorted(asked[3:]) == ["h0", "h1", "h2"]
         assert not ctx.memory.sealed.offers and not ctx.memory.sealed.asking
     finally:
         hold.set()

@@ -16,7 +16,7 @@ import socket
 
 import pytest
 from eth_account import Account
-from jobs_helpers import acting_as, add_dataset, digits_parts, job_request, make_nodes
+from jobs_helpers import acting_as, add_dataset, digits_parts, draw_committee, job_request, make_nodes
 
 from backend.jobs import chain
 from backend.jobs.models import RoundAction, UpdateKey
@@ -65,6 +65,7 @@ def test_a_failed_store_retries_the_same_update_under_one_release(operator_clien
             assert joined.status_code == 200, joined.content
     with acting_as(nodes[0], monkeypatch):
         assert operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json").status_code == 200
+    draw_committee(nodes, job_id)
     chain.sync_mirror(nodes[0].ctx)
     job = mirror.Job.objects.get(job_id=job_id)
     trainer = next(n for n in nodes if n.ctx.address not in state.seats(job, 1))

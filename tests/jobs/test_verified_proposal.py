@@ -1,7 +1,7 @@
-"""A hijacked proposal: the elected member at seat 0 proposes the right model hash with a bogus
-reference. The honest members recompute the aggregate AND its reference, never confirm the
-hijacked pair, propose the right one at once (not after the fallback delay) and fix it; the
-chain and every mirror then name the honest reference, whose blob is the aggregate.
+"""A hijacked vote: the drawn member at seat 0 votes the right model hash with a bogus reference.
+The honest members recompute the aggregate AND its reference and vote for that pair, which is
+fixed; the hijacked pair gets no honest vote, and the chain and every mirror name the honest
+reference, whose blob is the aggregate.
 
 Six in-process nodes on a production-rule deployment (committee of 3), one round.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 from eth_utils import keccak
-from jobs_helpers import acting_as, digits_parts, job_request, make_nodes
+from jobs_helpers import acting_as, digits_parts, draw_committee, job_request, make_nodes
 from robust_checks import add_public_dataset, check_robust_round
 from test_deadlines import run_until
 
 from backend.jobs import blobs, chain
+from backend.jobs.discovery import config_of, job_record
 from backend.jobs.driver import aggregator
-from backend.jobs.services import config_of, job_record
 from backend.ledger import models as mirror
 
 pytestmark = pytest.mark.django_db
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.django_db
 BOGUS = b"\x66" * 64  # a reference nobody can read (of the encrypted length)
 
 
-def test_a_hijacked_proposal_is_not_confirmed_and_the_honest_pair_is_fixed(operator_client, monkeypatch):
-    # a fallback far beyond run_until's limit: the honest seats must react to the hijack at once
+def test_a_hijacked_vote_gets_no_honest_vote_and_the_honest_pair_is_fixed(operator_client, monkeypatch):
+    # a fallback far beyond run_until's limit: the honest seats must vote at once
     nodes = make_nodes(6, seed="verified-proposal", allow_small_committees=False, proposer_fallback_s=600.0)
     datasets = [
         add_public_dataset(node, monkeypatch, x, y, name=f"digits-{i}")
@@ -39,9 +39,8 @@ def test_a_hijacked_proposal_is_not_confirmed_and_the_honest_pair_is_fixed(opera
         top_k=3,
         min_trainers=2,
         score_timeout_s=60,
-        # the committee defenses, scored on public hold-outs (exact): the round is checked against
-        # the simulator's functions below (robust_checks)
-        robust=True,
+        # the default defense (robust), scored on public hold-outs (exact): the round is checked
+        # against the simulator's functions below (robust_checks)
         norm_bound=1000.0,
     )
     with acting_as(nodes[0], monkeypatch):
@@ -54,19 +53,20 @@ def test_a_hijacked_proposal_is_not_confirmed_and_the_honest_pair_is_fixed(opera
             assert joined.status_code == 200, joined.content
     with acting_as(nodes[0], monkeypatch):
         assert operator_client.post(f"/api/jobs/{job_id}/start", {}, format="json").status_code == 200
+    draw_committee(nodes, job_id)
 
     fl = nodes[0].ctx.ledger.fl
     run_until(nodes, monkeypatch, lambda: fl.get_job(job_id).phase == 1)  # finalized: aggregating
     elected = fl.committee(job_id)
     hostile = next(node for node in nodes if node.ctx.address == elected[0])
     honest = [node for node in nodes if node is not hostile]
-    # The hostile seat computes the right aggregate, then proposes its hash with a bogus reference.
+    # The hostile seat computes the right aggregate, then votes its hash with a bogus reference.
     chain.sync_mirror(hostile.ctx)
     with acting_as(hostile, monkeypatch):
         config = config_of(job_record(hostile.ctx, job_id))
         job = mirror.Job.objects.get(job_id=job_id)
         model_hash, data = aggregator.aggregate(hostile.ctx, job, config, 1)
-    hostile.ctx.ledger.fl.propose_global_model(job_id, 1, BOGUS, bytes.fromhex(model_hash[2:]))
+    hostile.ctx.ledger.fl.vote_global_model(job_id, 1, BOGUS, bytes.fromhex(model_hash[2:]))
     run_until(honest, monkeypatch, lambda: fl.get_job(job_id).status == 3)  # Finished
 
     state = fl.get_job(job_id)
@@ -81,7 +81,7 @@ def test_a_hijacked_proposal_is_not_confirmed_and_the_honest_pair_is_fixed(opera
     assert mirror.GlobalModel.objects.get(job=job, round=1).reference == reference
     with acting_as(honest[0], monkeypatch):
         assert blobs.get(honest[0].ctx, reference) == data  # the reference names the aggregate
-    assert config.robust
+    assert config.defense == "robust"
     checked = check_robust_round(nodes, monkeypatch, job_id, 1, config)
     assert checked["scorers"] == 3 and checked["fixed_hash"] == model_hash
     assert checked["plain_hash"] != model_hash  # the defenses changed the model: FedAvg alone differs

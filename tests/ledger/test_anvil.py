@@ -64,6 +64,7 @@ def test_configured_url_deploy_index_and_typed_errors(anvil, tmp_path):
             assert set(json.loads(contracts_file.read_text())["contracts"]) == {
                 "NodeRegistry",
                 "DataRegistry",
+                "JobLogic",
                 "FederatedLearning",
             }
             ledger = factory.get_ledger()

@@ -102,7 +102,7 @@ def test_uint256_columns_keep_order_and_lookups_beyond_2_63():
     values = [3, 2**63 - 1, 2**63, U64_MAX, 2**200, 2**256 - 1]
     for i, value in enumerate(values):
         models.Dataset.objects.create(
-            dataset_id=value, owner="0x" + "11" * 20, content_hash="0x", swarm_ref="0x", schema_hash="0x",
+            dataset_id=value, owner="0x" + "11" * 20, commitment="0x", swarm_ref="0x", schema_hash="0x",
             samples=value, privacy_cap=i, registered_block=1,
         )  # fmt: skip
     assert list(models.Dataset.objects.order_by("dataset_id").values_list("dataset_id", flat=True)) == values

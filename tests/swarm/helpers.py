@@ -41,10 +41,7 @@ def operator_token(node, username: str = "operator", role: str = "operator") -> 
     same token works on every node.
     """
     code = (
-        "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
-        "from backend.nodes.models import Profile; "
-        f"u, _ = get_user_model().objects.get_or_create(username={username!r}); "
-        f"Profile.objects.update_or_create(user=u, defaults={{'role': {role!r}}}); "
-        "print(Token.objects.get_or_create(user=u)[0].key)"
+        "from backend.nodes.accounts import api_token, create_or_update_user; "
+        f"print(api_token(create_or_update_user({username!r}, {role!r})[0]))"
     )
     return node.manage("shell", "-c", code).stdout.strip().splitlines()[-1]

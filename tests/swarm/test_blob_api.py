@@ -102,3 +102,26 @@ def test_a_multipart_upload_leaves_no_plaintext_temp_file(node, tmp_path, monkey
     assert list((tmp_path / "uploads").iterdir()) == []
     stored = [p for p in (tmp_path / "chunks").glob("??/*") if p.is_file()]
     assert stored and all(marker[:64] not in p.read_bytes() for p in stored)
+
+
+@pytest.mark.parametrize("value", ["/etc/hostname", "/proc/self/environ", "manage.py", ""])
+def test_a_multipart_text_part_is_never_opened_as_a_path(node, value):
+    """A `file` part without a filename arrives as text; the node must not read a file it names."""
+    operator = client(Role.OPERATOR)
+    response = operator.post("/api/swarm/blobs", {"file": value}, format="multipart")
+    assert response.status_code == 400, response.content
+    assert "file" in response.json()["errors"]
+    assert factory.local_store().usage().pinned_bytes == 0
+
+
+def test_an_empty_raw_upload_is_refused_with_a_sentence(node):
+    response = upload(client(Role.OPERATOR), b"")
+    assert response.status_code in (400, 411) and response.json()["detail"]
+
+
+def test_the_swarm_put_refuses_a_path():
+    from backend.swarm.api import _open_source
+
+    for source in ("/etc/hostname", __import__("pathlib").Path("/etc/hostname")):
+        with pytest.raises(TypeError), _open_source(source):
+            pass

@@ -21,7 +21,7 @@ from backend.swarm.reference import is_valid_chunk
 from devnet.process import NodeProcess, prepare_nodes, start_all, stop_all
 from tests.swarm.helpers import operator_token
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("swarm-e2e")]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BLOB_MB = 50
 

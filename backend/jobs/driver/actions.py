@@ -17,11 +17,13 @@ from django.utils import timezone
 
 from backend.datasets.budget import settle_closed
 from backend.jobs.context import NodeContext
-from backend.jobs.driver import aggregator, committee, registrar, state, timing, trainer
+from backend.jobs.discovery import config_of, job_record
+from backend.jobs.driver import aggregator, committee, draw, registrar, state, timing, trainer
 from backend.jobs.driver.planner import Due
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
+from backend.telemetry.logs import action_context
 
 logger = logging.getLogger(__name__)
 State = RoundAction.State
@@ -87,6 +89,13 @@ def _begin(ctx: NodeContext, due: Due) -> RoundAction | None:
 
 def run(ctx: NodeContext, due: Due) -> Outcome | None:
     """Run a claimed action; None when another worker has it or it is done."""
+    # Every log line of the action, down to the ledger and the swarm store, names its job, round
+    # and kind (backend/telemetry/logs.py); the cluster runner carries them onto the training thread.
+    with action_context(job=due.job_id, round=due.round, action=due.kind):
+        return _run(ctx, due)
+
+
+def _run(ctx: NodeContext, due: Due) -> Outcome | None:
     claim = _begin(ctx, due)
     if claim is None:
         return None
@@ -156,8 +165,6 @@ def _finish(
 
 
 def _perform(ctx: NodeContext, due: Due, claim: RoundAction) -> Outcome:
-    from backend.jobs.services import config_of, job_record
-
     with timing.part(timing.PREPARE):
         job = mirror.Job.objects.get(job_id=due.job_id)
         config = config_of(job_record(ctx, due.job_id))
@@ -168,7 +175,11 @@ def _perform(ctx: NodeContext, due: Due, claim: RoundAction) -> Outcome:
     if due.kind == Kind.FINALIZE:
         return committee.finalize_round(ctx, job, due.round, claim.created.timestamp())
     if due.kind == Kind.AGGREGATE:
-        return aggregator.propose_or_confirm(ctx, job, config, due.round, claim.created.timestamp())
+        return aggregator.vote(ctx, job, config, due.round, claim.created.timestamp())
+    if due.kind == Kind.REVEAL:
+        return draw.reveal(ctx, job)
+    if due.kind == Kind.DRAW:
+        return draw.draw(ctx, job, claim.created.timestamp())
     if due.kind == Kind.REGISTER:
         return registrar.register_round(ctx, job, config, due.round)
     if due.kind == Kind.MEASURE:

@@ -24,47 +24,36 @@ finish:
   DeFL metadata, inside the bytes whose content hash goes on chain, so every committee member
   reads the same claim. It is hostile input: :func:`claimed_steps` clamps it to
   ``[1, max_local_steps]`` and reads a missing or malformed claim as the nominal steps.
-* **Aggregation** (:func:`strategy`): FedNova (:func:`fl_node.normalized_average.normalized_average`)
-  with the job's momentum, the lr cap and the nominal work as its server step: pure and
-  deterministic, so every committee member computes the same bytes.
+* **Aggregation** (``fl_node.job.aggregation.strategy``): FedNova
+  (:func:`fl_node.normalized_average.normalized_average`) with the job's momentum, the lr cap and
+  the nominal work as its server step: pure and deterministic, so every committee member computes
+  the same bytes (the simulator's aggregation too).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from django.db import transaction
-from torch import Tensor
 
 from backend.cluster.models import Task, WorkController
-from backend.jobs.config import JobConfig
-from fl_node.aggregate import WeightedUpdate
-from fl_node.normalized_average import WorkUpdate, capped_lr, clamp_steps, normalized_average, work_norm
+from fl_node.job import training
+from fl_node.job.config import JobConfig
+from fl_node.job.training import aimd_config, nominal_steps
+from fl_node.normalized_average import clamp_steps
 from fl_node.privacy import ReleasePlan
-from fl_node.privacy_plan import PrivacyPlan, train_release
-from fl_node.scheduler import AimdConfig, AimdController
+from fl_node.privacy_plan import PrivacyPlan
+from fl_node.scheduler import AimdController
 from fl_node.train import TrainConfig
 
 TARGET_FRACTION = 0.5  # of round_timeout_s: the training's share of the round
-NOMINAL_SHARE = 4  # the nominal work is max_local_steps // NOMINAL_SHARE
 STEPS_KEY = "steps"  # the update's metadata entry
 _METADATA = "defl"  # fl_node.codec's metadata key
 _MAX_HEADER = 64 * 1024 * 1024  # fl_node.codec's bound on a header
 
 
-def nominal_steps(config: JobConfig) -> int:
-    """The job's nominal steps per round: the controller's start and the lr cap's reference."""
-    return max(1, config.max_local_steps // NOMINAL_SHARE)
-
-
 def target_seconds(config: JobConfig) -> float:
     return TARGET_FRACTION * config.round_timeout_s
-
-
-def aimd_config(config: JobConfig) -> AimdConfig:
-    return AimdConfig(base_steps=nominal_steps(config), max_steps=config.max_local_steps)
 
 
 def _controller(row: WorkController, config: JobConfig) -> AimdController:
@@ -94,9 +83,7 @@ def plan_round(
     """
     if not config.adaptive_work:
         return train_config, plan.train
-    steps = steps_for(node, job_id, config)
-    lr = capped_lr(config.lr, steps, cap_steps=nominal_steps(config), momentum=config.momentum)
-    return replace(train_config, local_steps=steps, lr=lr), train_release(plan, steps)
+    return training.adaptive_round(config, train_config, plan, steps_for(node, job_id, config))
 
 
 def observe(node: str, job_id: int, config: JobConfig, round_: int, steps: int, seconds: float) -> int:
@@ -192,38 +179,3 @@ def claimed_steps(blob: bytes, config: JobConfig) -> int:
     if not isinstance(claim, int) or isinstance(claim, bool):
         return nominal_steps(config)
     return clamp_steps(claim, max_steps=config.max_local_steps)
-
-
-# ------------------------------------------------------------------ aggregation
-
-
-class NormalizedAverage:
-    """FedNova over the round's updates with their claimed steps (the aggregator's strategy)."""
-
-    def __init__(self, config: JobConfig, steps: Mapping[str, int]) -> None:
-        self.config = config
-        self.steps = dict(steps)
-
-    def aggregate(
-        self,
-        global_state: Mapping[str, Tensor],
-        updates: Sequence[WeightedUpdate],
-        server_state: Mapping[str, Tensor] | None = None,
-    ) -> tuple[dict[str, Tensor], dict[str, Tensor] | None]:
-        config = self.config
-        nominal = nominal_steps(config)
-        work = [WorkUpdate(u.update, u.num_samples, self.steps.get(u.id, nominal), u.id) for u in updates]
-        new_state = normalized_average(
-            global_state,
-            work,
-            max_steps=config.max_local_steps,
-            momentum=config.momentum,
-            tau_eff=work_norm(nominal, config.momentum),
-            cap_steps=nominal,
-        )
-        return new_state, dict(server_state) if server_state else None
-
-
-def strategy(config: JobConfig, steps: Mapping[str, int]) -> NormalizedAverage | None:
-    """The aggregation of an adaptive-work job (None: the job's own strategy)."""
-    return NormalizedAverage(config, steps) if config.adaptive_work else None

@@ -15,9 +15,11 @@ from collections.abc import Callable
 
 from django.db import close_old_connections, connection
 
+from backend.datasets import services
 from backend.jobs import chain
 from backend.jobs.context import NodeContext
-from backend.jobs.driver import actions, planner, prefetch, warmup
+from backend.jobs.discovery import discover
+from backend.jobs.driver import actions, planner, prefetch, reconcile, warmup
 from backend.jobs.driver.planner import Due
 from backend.jobs.models import JobRecord
 from backend.jobs.remote_config import RemoteConfigRejected
@@ -83,6 +85,9 @@ def tick(
         return []
     if gate is None or gate.lifecycle:
         discover_configs(ctx)
+        # spends the chain holds and this node's database lost (a restore from an older backup)
+        reconcile.reconcile_releases(ctx)
+        regrant_after_upgrade(ctx)
         warmup.warm_jobs(ctx)
     offered = []
     now = chain.chain_time(ctx, head.timestamp if head else None)
@@ -94,10 +99,26 @@ def tick(
     return offered
 
 
+# The DataRegistry addresses whose carried grants this process issued again (once each).
+_REGRANTED: set[str] = set()
+
+
+def regrant_after_upgrade(ctx: NodeContext) -> None:
+    """On contracts that carried the consortium over (docs/OPERATIONS.md, Upgrades), once their
+    import closed: this node's grants issued again (version 1 kept wrapped keys only in events)."""
+    deployment = ctx.ledger.deployment
+    data = deployment.addresses.get("DataRegistry", "")
+    if deployment.previous is None or data in _REGRANTED:
+        return
+    granted = services.regrant_carried()
+    if granted is not None:
+        _REGRANTED.add(data)
+        if granted:
+            logger.warning("granted %d dataset(s) again on the upgraded contracts", granted)
+
+
 def discover_configs(ctx: NodeContext) -> None:
     """Fetch the configuration of every open or running job this node has not seen yet."""
-    from backend.jobs.services import discover
-
     active = (mirror.Job.Status.OPEN, mirror.Job.Status.RUNNING)
     known = JobRecord.objects.values("onchain_id")  # a subquery: one query a tick, not two
     memory = ctx.memory.agent

@@ -1,29 +1,31 @@
-"""The new committee's part: aggregate the accepted updates, then propose the model or confirm it.
+"""The new committee's part: aggregate the accepted updates, then vote for the model.
 
 Every honest member computes the same bytes (fl_node.aggregate orders the updates by content
 hash and is deterministic), and stores them unencrypted, so their swarm reference is the same
-too (a content address of the bytes). A proposal binds both on chain, and confirming is
-"recompute both, compare both": a member that proposes the right hash with a bogus or oversized
-reference gets no honest vote. Seat 0 proposes at once; seat s proposes only when no proposal of
-its (hash, reference) appeared within s fallback periods, which lets the round finish when the
-first proposer has gone away, and at once when the hash was proposed with another reference.
+too (a content address of the bytes). A vote binds both on chain and counts only toward its own
+(hash, reference) pair: a member that votes the right hash with a bogus or oversized reference
+gathers no honest vote. Every member votes as soon as it has recomputed the pair, all in the
+same block when they are quick, so a model is fixed one block after the round is finalized.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 
-from backend.jobs import blobs, chain, encodings, sealed
-from backend.jobs.config import JobConfig
+from backend.jobs import blobs, chain, encodings
 from backend.jobs.context import NodeContext
 from backend.jobs.driver import adaptive_work, state, timing, workspace
 from backend.jobs.driver.state import ActionError, Outcome
+from backend.jobs.sealed import key_gathering, reader
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from backend.swarm.errors import SwarmError
-from fl_node.aggregate import WeightedUpdate, get_strategy
+from fl_node.aggregate import WeightedUpdate
 from fl_node.codec import CodecError, content_hash, decode_update, encode_model, update_spec
+from fl_node.job import aggregation
+from fl_node.job.config import JobConfig
 from fl_node.robust import (
     RoundDefense,
     aggregation_clip_norm,
@@ -67,24 +69,23 @@ def aggregate(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int)
     spec = update_spec(global_state)
     weighted, steps = [], {}
     # The keys not prefetched, asked for all at once; each is checked as its update is read.
-    sealed.gather_keys(ctx, job.job_id, round_, [updates[trainer] for trainer in accepted])
+    key_gathering.gather_keys(ctx, job.job_id, round_, [updates[trainer] for trainer in accepted])
     for trainer in accepted:
         # One encoded update in memory at a time: each is decoded once fetched and its bytes dropped
         # (an update at full density of a large model is as large as the model).
         row = updates[trainer]
         # Sealed (backend.jobs.sealed): the key from this node's rows, the trainer or a relay;
         # KeyUnavailable (an ActionError) retries the action.
-        blob = sealed.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
+        blob = reader.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
         with timing.part(timing.AGGREGATE):
             weighted.append(WeightedUpdate(decode_update(blob, spec), int(row.samples), row.content_hash))
             steps[row.content_hash] = adaptive_work.claimed_steps(blob, config)  # adaptive work only
         del blob
-    defense = round_defense(config)
-    clip_norm, voters, witnesses = _round_votes(ctx, job, round_, defense, bound, spec)
+    # The job's aggregation and its defenses (fl_node.job.aggregation), the simulator's too.
+    defense = aggregation.round_defense(config)
+    clip_norm, voters, witnesses, backers = _round_votes(ctx, job, round_, defense, bound, spec)
     with timing.part(timing.AGGREGATE):
-        strategy = adaptive_work.strategy(config, steps) or get_strategy(
-            config.strategy, **config.strategy_params
-        )
+        strategy = aggregation.strategy(config, steps)
         # Nothing accepted (or nothing within the norm bound): the model stays as it was.
         new_state, new_server = defended_aggregate(
             strategy,
@@ -95,6 +96,7 @@ def aggregate(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int)
             clip_norm=clip_norm,
             voters=voters,
             witnesses=witnesses,
+            backers=backers,
         )
         data = encode_model(new_state, new_server or None)
     # What the trainers sent, per tensor (dense or delta arrays, fl_node.sparse), for the rounds API.
@@ -113,22 +115,10 @@ def aggregate(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int)
     return result
 
 
-def round_defense(config: JobConfig) -> RoundDefense:
-    """The job's aggregation defenses (fl_node.robust.RoundDefense): the norm bound, and for a robust
-    job the median-norm clip, the sign vote ("zero") and the verified step, as the simulator's."""
-    return RoundDefense(
-        top_k=config.top_k,
-        norm_bound=config.norm_bound or None,
-        clip_to_median=config.robust,
-        sign_vote="zero" if config.robust else None,
-        verified_step=config.robust,
-    )
-
-
 def _round_votes(
     ctx: NodeContext, job: mirror.Job, round_: int, defense: RoundDefense, bound: int, spec
 ) -> tuple:
-    """(clip norm, votes, witness votes) of the round for :func:`fl_node.robust.defended_aggregate`:
+    """(clip norm, votes, witness votes, backers) of the round for :func:`fl_node.robust.defended_aggregate`:
     from every submission (the first of each content hash, in the chain's order) that some committee
     member scored above 0, within the norm bound, split by fl_node.robust.vote_roles on the chain's
     medians, base median and margin. Only on chain data and blobs: every honest member gets the same.
@@ -139,9 +129,11 @@ def _round_votes(
     out, so it cannot hold the aggregation to its deadline. The simulator lets every submission within the bound vote; the two
     differ only where every seat scored a readable update 0 (a committee wholly captured). A submission
     whose blob does not decode, or whose content does not match its hash, does not vote: the same for
-    every member. One decoded update in memory at a time; a vote is int8."""
+    every member. One decoded update in memory at a time (a vote is int8), except under the backed
+    magnitude, whose coordinate median needs the voting submissions themselves: those are kept, decoded,
+    until the round is aggregated."""
     if not defense.needs_votes:
-        return None, [], []
+        return None, [], [], []
     rows = list(job.updates.filter(round=round_).order_by("index"))
     scored = set(
         mirror.Score.objects.filter(job=job, round=round_, score__gt=0).values_list("trainer", flat=True)
@@ -149,12 +141,12 @@ def _round_votes(
     first: dict[str, mirror.Update] = {}
     for row in rows:
         first.setdefault(row.content_hash.lower(), row)
-    norms, votes = {}, {}
+    norms, votes, kept = {}, {}, {}
     for row in first.values():
         if row.trainer not in scored:
             continue
         try:
-            blob = sealed.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
+            blob = reader.read_update(ctx, job.job_id, round_, row, max_bytes=bound)
         except (blobs.BlobMismatch, ValueError):
             continue  # its content is not what the chain names, or too large: the same for every member
         except (ActionError, SwarmError) as exc:  # no key yet, or the store failing: wait a while
@@ -174,6 +166,8 @@ def _round_votes(
         with timing.part(timing.AGGREGATE):
             norms[row.trainer] = update_norm(update)
             votes[row.trainer] = vote_signs(update)
+        if defense.backed_magnitude:
+            kept[row.trainer] = update
         del update
     round_row = job.rounds_set.get(number=round_)
     medians = {row.trainer: int(row.median or 0) for row in rows}
@@ -185,12 +179,12 @@ def _round_votes(
         clip_norm,
         [votes[t] for t in voting if votes[t] is not None],
         [votes[t] for t in witnessing if votes[t] is not None],
+        # the backed magnitude's median over voters and witnesses alike (fl_node.simulate does the same)
+        [kept[t] for t in (*voting, *witnessing)] if defense.backed_magnitude else [],
     )
 
 
-def propose_or_confirm(
-    ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, first_seen: float
-) -> Outcome:
+def vote(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, first_seen: float) -> Outcome:
     on_chain = chain.job_state(ctx, job.job_id)
     if on_chain.round != round_ or on_chain.phase != chain.RoundPhase.AGGREGATING:
         return Outcome(True, "the round has moved on")
@@ -204,25 +198,24 @@ def propose_or_confirm(
         return Outcome(True, "voted already")
     model_hash, data = aggregate(ctx, job, config, round_)
     reference = _store(ctx, job.job_id, round_, model_hash, data)
-    proposals = list(job.proposals.filter(round=round_))
-    if any(_same(p.model_hash, model_hash) and _same(p.reference, reference) for p in proposals):
-        return _confirm(ctx, job, round_, model_hash, reference)
-    # Our hash proposed with another reference: a hijack (or a broken store); never confirm it,
-    # propose the right pair now rather than after the fallback.
-    hijacked = any(_same(p.model_hash, model_hash) for p in proposals)
-    seat = participant.seat
-    waited = time.time() - first_seen
-    if seat > 0 and waited < seat * ctx.proposer_fallback_s and not hijacked:
-        others = "a different proposal" if proposals else "no proposal"
-        return Outcome(
-            False, f"seat {seat}: {others} yet, proposing after {seat * ctx.proposer_fallback_s:.0f}s"
-        )
+    _held_while_the_test_asks(ctx)
     try:
-        receipt = chain.propose_model(ctx, job.job_id, round_, reference, model_hash)
-    except ledger_errors.ProposalExists:  # a fellow member proposed the same pair meanwhile
-        return _confirm(ctx, job, round_, model_hash, reference)
-    note = " (its hash was proposed with another reference)" if hijacked else ""
-    return Outcome(True, f"proposed {model_hash[:12]}…{note}", receipt.tx_hash)
+        receipt = chain.vote_model(ctx, job.job_id, round_, reference, model_hash)
+    except ledger_errors.AlreadyVoted:
+        return Outcome(True, "voted already")
+    except (ledger_errors.WrongRound, ledger_errors.WrongPhase, ledger_errors.JobNotRunning):
+        return Outcome(True, "the round moved on without this vote")
+    return Outcome(True, f"voted for {model_hash[:12]}…", receipt.tx_hash)
+
+
+def _held_while_the_test_asks(ctx: NodeContext) -> None:
+    """Test hook (``DEFL_HOLD_PROPOSALS_FILE``, never set in production): every member of the
+    aggregating committee waits here, its aggregate stored and no vote sent, while that file
+    exists. Votes are symmetric (any two of three fix the model), so a fault test that kills one
+    member before its vote holds them all: the kill then lands before any vote, whatever the
+    machine's load, and the others vote once the file is gone."""
+    while ctx.hold_proposals_file and os.path.exists(ctx.hold_proposals_file):
+        time.sleep(0.05)
 
 
 def _store(ctx: NodeContext, job_id: int, round_: int, model_hash: str, data: bytes) -> str:
@@ -233,10 +226,6 @@ def _store(ctx: NodeContext, job_id: int, round_: int, model_hash: str, data: by
     if key not in references:
         references[key] = blobs.put(ctx, data)
     return references[key]
-
-
-def _same(a: str, b: str) -> bool:
-    return a.removeprefix("0x").lower() == b.removeprefix("0x").lower()
 
 
 def _skip(ctx: NodeContext, job: mirror.Job, round_: int, first_seen: float) -> Outcome:
@@ -260,12 +249,3 @@ def _skip(ctx: NodeContext, job: mirror.Job, round_: int, first_seen: float) -> 
     except ledger_errors.AggregationNotOverdue:
         return Outcome(False, "the aggregation deadline has not passed on chain yet")
     return Outcome(True, "aggregation skipped: the previous model carried forward", receipt.tx_hash)
-
-
-def _confirm(ctx: NodeContext, job: mirror.Job, round_: int, model_hash: str, reference: str) -> Outcome:
-    """Vote for the proposal of exactly this pair (stored here already: one more full copy)."""
-    try:
-        receipt = chain.confirm_model(ctx, job.job_id, round_, model_hash, reference)
-    except (ledger_errors.WrongPhase, ledger_errors.WrongRound):
-        return Outcome(True, "the model was fixed without this vote")
-    return Outcome(True, f"confirmed {model_hash[:12]}…", receipt.tx_hash)

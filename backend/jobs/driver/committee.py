@@ -28,17 +28,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from backend.jobs import blobs, chain, sealed
-from backend.jobs.config import JobConfig
+from backend.jobs import blobs, chain
 from backend.jobs.context import NodeContext
 from backend.jobs.driver import privacy as round_privacy
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.jobs.models import RoundAction
+from backend.jobs.sealed import key_gathering, key_release, reader
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from backend.swarm.errors import SwarmError
 from fl_node.codec import CodecError, decode_update, update_spec
+from fl_node.job.config import JobConfig
+from fl_node.job.scoring import scoring
 from fl_node.robust import within_norm_bound
 from fl_node.score import BASE_SCORE, member_scores, score_update_int
 
@@ -112,7 +114,7 @@ def score_round(
         node=ctx.address, job_id=job.job_id, round=round_
     ).first()
     if committed is not None:
-        return _commit_or_reveal(ctx, job, round_, on_chain, committed)
+        return _commit_or_reveal(ctx, job, round_, on_chain, committed, claim)
     updates = list(job.updates.filter(round=round_).order_by("index"))
     if len(updates) < on_chain.update_count:
         return Outcome(False, "waiting for the event mirror to catch up with the updates")
@@ -122,7 +124,7 @@ def score_round(
     known = memory.scored.setdefault((job.job_id, round_), {})
     dataset = state.my_dataset(job, ctx.address)
     now = chain.contract_now(ctx, on_chain)
-    over = sealed.training_over(on_chain, round_, now)  # the keys are released
+    over = key_release.training_over(on_chain, round_, now)  # the keys are released
     if over:
         seen_over, seen_at = workspace.training_seen_over(ctx, job.job_id, round_, now)
         _gather_keys(ctx, job.job_id, round_, updates, known, asking_until=seen_at + KEY_ASK_S)
@@ -130,7 +132,7 @@ def score_round(
     # gathered at once are read with them, and the holders asked for the rest one by one.
     _score_new(ctx, job, config, round_, updates, known, claim, dataset, ask_keys=over)
     RoundAction.objects.filter(pk=claim.pk).update(scored=len(updates))  # the planner's cue
-    expected = on_chain.participant_count - on_chain.committee_size
+    expected = on_chain.reveal_count - on_chain.committee_size  # the drawn participants train
     if not over:
         return Outcome(
             False, f"fetched {len(updates)} of {expected} sealed updates as they came; waiting for the rest"
@@ -141,12 +143,9 @@ def score_round(
             return Outcome(False, f"waiting for the keys of {len(keyless)} updates", recheck_s=1.0)
         for update in keyless:  # unreadable: nobody can aggregate it either
             known[(update.trainer, update.content_hash)] = 0
-    if config.robust and BASE not in known:  # read, not scored yet: all scored together
+    if scoring(config).relative and BASE not in known:  # read, not scored yet: all scored together
         known.update(_robust_scores(ctx, job, config, round_, known, dataset))
     key = (job.job_id, round_)
-    if key in memory.score_spends:  # the chain records the scores' cost before it sees them
-        with timing.part(timing.PRIVACY):
-            round_privacy.await_spend(claim, memory.score_spends[key])
     committed, created = mirror.ScoreCommitment.objects.get_or_create(
         node=ctx.address,
         job_id=job.job_id,
@@ -158,35 +157,56 @@ def score_round(
         ),
     )
     memory.scored.pop(key, None)
-    memory.score_spends.pop(key, None)
     # A row created just now was never committed (the row is written before the commitment is
     # sent): the contract need not be asked, and the clock read above still serves.
-    return _commit_or_reveal(ctx, job, round_, on_chain, committed, now=now if created else None)
+    return _commit_or_reveal(ctx, job, round_, on_chain, committed, claim, now=now if created else None)
 
 
 def _gather_keys(
     ctx: NodeContext, job_id: int, round_: int, updates, known: dict, *, asking_until: float
 ) -> None:
-    """Ask for the keys of the updates not scored yet, all at once (sealed.gather_keys), and again
+    """Ask for the keys of the updates not scored yet, all at once (key_gathering.gather_keys), and again
     for the missing ones until ``asking_until`` (monotonic). The keys got are offered to the reads
     of _score_new, which check them on the blobs (one whose key opens it to other content than its
     hash on chain scores 0 there, at once), and ask the holders themselves for the rest.
     """
     keyless = [u for u in updates if (u.trainer, u.content_hash) not in known]
     while keyless:
-        keyless = sealed.gather_keys(ctx, job_id, round_, keyless)
+        keyless = key_gathering.gather_keys(ctx, job_id, round_, keyless)
         if not keyless or time.monotonic() + KEY_ASK_PAUSE_S > asking_until:
             return
         time.sleep(KEY_ASK_PAUSE_S)
 
 
 def _commit_or_reveal(
-    ctx: NodeContext, job: mirror.Job, round_: int, on_chain, committed, *, now: int | None = None
+    ctx: NodeContext,
+    job: mirror.Job,
+    round_: int,
+    on_chain,
+    committed,
+    claim: RoundAction,
+    *,
+    now: int | None = None,
 ) -> Outcome:
     """Send the commitment if it is not on chain yet, else the reveal once reveals are open.
 
+    The round's score spend (sent when scoring began) is awaited before the scores are revealed,
+    not before the commitment: a commitment hides the scores (a secret 32-byte salt), so it goes
+    out while the spend is in flight and both land in one block; the reveal, which publishes the
+    scores, waits for the spend's receipt (and the contract refuses it without the spend,
+    SpendMissing). Awaiting before the commitment cost every round a block of its own.
+
     ``now``: the contract's clock, read by the caller for a commitment it has just created (so
     neither sent nor revealed); None asks the contract what this member sent."""
+    spend_key = (job.job_id, round_)
+    spending = ctx.memory.committee.score_spends.get(spend_key)
+
+    def spend_recorded() -> None:
+        """Nothing computed on the data is published before the chain recorded its cost."""
+        with timing.part(timing.PRIVACY):
+            round_privacy.await_spend(claim, spending)
+        ctx.memory.committee.score_spends.pop(spend_key, None)
+
     scores = {trainer: int(score) for trainer, score in committed.scores}
     salt = bytes.fromhex(committed.salt.removeprefix("0x"))
     commit_round: int | None = None  # the round this member last committed and revealed in
@@ -199,11 +219,15 @@ def _commit_or_reveal(
     dataset = state.my_dataset(job, ctx.address)
     if commit_round != round_:
         try:
-            if on_chain.commit_count + 1 >= on_chain.committee_size:
+            spend_in_flight = spending is not None and not spending.done()
+            if on_chain.commit_count + 1 >= on_chain.committee_size and not spend_in_flight:
                 # Every other member is bound already (a committee of one: there is none), so
                 # a separate commitment would hide nothing: commit and reveal in one transaction.
+                # (With the spend still in flight a plain commitment goes beside it instead: the
+                # reveal then comes one block later, as the others' do, not two.)
+                spend_recorded()
                 receipt = chain.commit_and_reveal_scores(
-                    ctx, job.job_id, round_, scores, committed.base_score
+                    ctx, job.job_id, round_, scores, committed.base_score, salt
                 )
                 round_privacy.released(dataset, job.job_id, round_, "score_count")
                 return _revealed(scores, receipt)
@@ -222,6 +246,7 @@ def _commit_or_reveal(
         return Outcome(True, "scores already revealed")
     if on_chain.commit_count < on_chain.committee_size and now <= commit_deadline:
         return Outcome(False, f"waiting for {on_chain.committee_size - on_chain.commit_count} commitments")
+    spend_recorded()
     try:
         receipt = chain.reveal_scores(ctx, job.job_id, round_, scores, committed.base_score, salt)
     except ledger_errors.RevealNotOpen:
@@ -286,6 +311,7 @@ def _score_new(
         x_val, y_val = val.tensors()
 
     spec = update_spec(global_state)
+    rule = scoring(config)  # the job's scoring (fl_node.job.scoring), the simulator's too
 
     def decoded(blob: bytes):
         """The update of ``blob``, or None if it is malformed or above the job's norm bound."""
@@ -293,10 +319,10 @@ def _score_new(
             update = decode_update(blob, expected=spec)
         except CodecError:
             return None
-        return update if within_norm_bound(update, config.norm_bound or None) else None
+        return update if within_norm_bound(update, rule.norm_bound) else None
 
     def score(update, model: torch.nn.Module = scratch) -> int:
-        if config.norm_bound and isinstance(update, bytes):
+        if rule.norm_bound and isinstance(update, bytes):
             update = decoded(update)
             if update is None:
                 return 0
@@ -306,17 +332,17 @@ def _score_new(
             update,
             x_val,
             y_val,
-            metric=config.score_metric,
+            metric=rule.metric,
             noise_multiplier=plan.score_noise_multiplier,
         )
 
-    if config.robust:
+    if rule.relative:
         # Read now (the decoded update, None if unusable), scored together once all are read: the
         # clip norm is their median norm (_robust_scores).
         for update in new:
             try:
-                blob = sealed.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
-            except sealed.KeyUnavailable:
+                blob = reader.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
+            except reader.KeyUnavailable:
                 continue  # read once its key arrives, or scored 0 at the key deadline (score_round)
             except (blobs.BlobMismatch, SwarmError, ValueError):
                 known[(update.trainer, update.content_hash)] = None
@@ -334,8 +360,8 @@ def _score_new(
     for update in new:
         key = (update.trainer, update.content_hash)
         try:
-            blob = sealed.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
-        except sealed.KeyUnavailable:
+            blob = reader.read_update(ctx, job.job_id, round_, update, max_bytes=bound, ask=ask_keys)
+        except reader.KeyUnavailable:
             continue  # scored once its key arrives, or 0 at the key deadline (score_round)
         except (blobs.BlobMismatch, SwarmError, ValueError):
             known[key] = 0  # unavailable or altered: nobody can aggregate it either
@@ -369,13 +395,14 @@ def score_each(
 
 
 def _robust_scores(ctx: NodeContext, job, config: JobConfig, round_: int, read: dict, dataset) -> dict:
-    """A robust job's scores of the round's updates and of the base model, from ``read`` (by
+    """Relative scores (the job's scoring rule says so, fl_node.job.scoring) of the round's updates and of the base model, from ``read`` (by
     (trainer, content hash): the decoded update; None or a score of 0 already: unreadable, malformed,
     above the norm bound or keyless, scores 0): :func:`fl_node.score.member_scores`, the simulator's
     scoring, on this node's validation data. Each update at its 1/top_k share, clipped to the median
     norm of the usable ones, relative to the unchanged model, whose score is BASE_SCORE; the noise is
     the plan's, as for absolute scores."""
     updates = {key: value if isinstance(value, dict) else None for key, value in read.items() if key != BASE}
+    rule = scoring(config)
     with timing.part(timing.PREPARE):
         plan = round_privacy.node_plan(ctx, job, config, dataset)
         _, val = workspace.local_split(ctx, dataset, config)
@@ -390,10 +417,10 @@ def _robust_scores(ctx: NodeContext, job, config: JobConfig, round_: int, read: 
             updates,
             x_val,
             y_val,
-            scale=1 / config.top_k,
-            norm_bound=config.norm_bound or None,
-            clip_to_median=True,
-            metric=config.score_metric,
+            scale=rule.scale,
+            norm_bound=rule.norm_bound,
+            clip_to_median=rule.clip_to_median,
+            metric=rule.metric,
             noise_multiplier=plan.score_noise_multiplier,
         )
     return scores | {BASE: BASE_SCORE}

@@ -17,8 +17,17 @@ from concurrent.futures import Future
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the trainer's records, annotations only (trainer.py imports the context)
-    from backend.jobs.driver.trainer import _Attempt, _Trained
+if TYPE_CHECKING:  # annotations only
+    from datetime import datetime
+
+    from fl_node.local_round import LocalUpdate
+    from fl_node.privacy import ReleasePlan
+    from fl_node.sparse import TensorChoice
+    from fl_node.train import TrainConfig
+
+# What the sealed-update records keep (released rounds, key offers, requests in flight) is bounded
+# by this many entries each (backend/jobs/sealed).
+MAX_OFFERS = 4096
 
 
 def _lock() -> Any:
@@ -112,7 +121,7 @@ class BlobMemory(_Record):
 
 @dataclass
 class SealedMemory(_Record):
-    """backend/jobs/sealed.py: holders not answering, key requests in flight, and keys gathered but
+    """backend/jobs/sealed: holders not answering, key requests in flight, and keys gathered but
     not read yet."""
 
     down: dict[str, float] = field(default_factory=dict)  # holder -> monotonic time it is asked again
@@ -134,12 +143,43 @@ class PrefetchMemory(_Record):
     lock: threading.Lock = _lock()
 
 
+@dataclass(frozen=True)
+class TrainedUpdate:
+    """driver/trainer.py: an update trained on a model that was not fixed on chain yet, kept until it is."""
+
+    base_hash: str
+    blob: bytes  # the encoded update: held here, unpublished, until the round opens on base_hash
+    content_hash: str
+    samples: int
+    work_seconds: float
+    ahead: bool  # trained before the round opened, on this node's own aggregate
+    kind: str  # the release kind it was charged as
+    choices: dict[str, TensorChoice]  # each tensor's encoding (fl_node.sparse), recorded once submitted
+    spend: int  # micro-epsilon the submit records on chain with the update (0: no DP)
+
+
+@dataclass
+class TrainingAttempt:
+    """driver/trainer.py: this process's attempt at a round's training, from its reservation until its update is
+    encoded: a retry after a failure in between (its database went away under the reservation,
+    the task runner's bookkeeping, or the encoding) takes the reservation over, and the result
+    if there is one, instead of reserving and training the round a second time."""
+
+    since: datetime  # when its reservation was asked for
+    base_hash: str
+    train_config: TrainConfig
+    release: ReleasePlan | None  # the ReleasePlan reserved (None: no DP)
+    touched: bool = False  # the training began: without a result, its fate is unknown
+    result: LocalUpdate | None = None  # the training's output (fl_node.local_round), once it returned
+    work: float = 0.0
+
+
 @dataclass
 class TrainerMemory(_Record):
     """driver/trainer.py: updates waiting for their round to open, and attempts not encoded yet."""
 
-    waiting: dict[tuple[int, int], _Trained] = field(default_factory=dict)
-    attempts: dict[tuple[int, int], _Attempt] = field(default_factory=dict)
+    waiting: dict[tuple[int, int], TrainedUpdate] = field(default_factory=dict)
+    attempts: dict[tuple[int, int], TrainingAttempt] = field(default_factory=dict)
 
 
 @dataclass

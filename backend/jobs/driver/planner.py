@@ -3,10 +3,12 @@
 Nothing here acts or remembers; a restarted node re-derives the same list from the chain,
 and every action re-checks the contract before it sends anything.
 
+    job Drawing (started), me a participant that has not revealed its draw secret             -> REVEAL
+    job Drawing, the reveal deadline passed (any participant; the proposer first)             -> DRAW
     round r Training, me not on r's committee, no update from me, before the update deadline -> TRAIN
     round r Training, me on r's committee, not scored, an update in or update deadline passed -> SCORE
     round r Training, the score deadline passed with scores missing                           -> FINALIZE
-    round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE
+    round r Aggregating (RoundFinalized), me on the next committee, not voted                 -> AGGREGATE (vote)
     round r Aggregating, its aggregation deadline passed (any participant)                  -> AGGREGATE (skip)
     round r Aggregating, me not on the next committee, r < rounds, speculating              -> TRAIN r+1
     GlobalModelFixed for round r, not served here yet                                         -> REGISTER
@@ -46,8 +48,17 @@ def due_actions(address: str, now: float, *, speculate: bool = False) -> list[Du
     for job in jobs:
         if job.status == mirror.Job.Status.RUNNING:
             due += _round_actions(job, address, now, speculate)
+        elif job.status == mirror.Job.Status.DRAWING:
+            due += _draw_actions(job, address, now)
     due += _fixed_model_actions(address, jobs)
     return due
+
+
+def _draw_actions(job: mirror.Job, address: str, now: float) -> list[Due]:
+    if job.draw_deadline is not None and now > job.draw_deadline:
+        return [Due(job.job_id, 0, Kind.DRAW)]
+    me = job.participants.filter(node=address).first()
+    return [Due(job.job_id, 0, Kind.REVEAL)] if me is not None and not me.drawn else []
 
 
 def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -> list[Due]:
@@ -60,7 +71,7 @@ def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -
         overdue = round_.aggregate_deadline is not None and now > round_.aggregate_deadline
         if overdue:
             # No model fixed in time: any participant may skip the aggregation (the round keeps
-            # the previous model and a drawn committee takes over); aggregator.propose_or_confirm
+            # the previous model and a drawn committee takes over); aggregator.vote
             # sends it. A member that voted already has its action done, the others do it.
             return [Due(job.job_id, number, Kind.AGGREGATE)]
         if address in next_committee:
@@ -83,7 +94,7 @@ def _round_actions(job: mirror.Job, address: str, now: float, speculate: bool) -
     elif address not in scored and now <= round_.score_deadline:
         # Each update is scored as it arrives, and the scores go on chain once all are in (or the
         # update deadline passed), see committee.score_round.
-        trainers = job.participants.count() - job.committee_size
+        trainers = job.participants.filter(drawn=True).count() - job.committee_size
         updates = job.updates.filter(round=number).count()
         if updates >= trainers or now > round_.update_deadline or updates > _scored(address, job, number):
             due.append(Due(job.job_id, number, Kind.SCORE))

@@ -25,8 +25,9 @@ from django.db import close_old_connections
 from django.db.models import F
 
 from backend.cluster import priority
-from backend.jobs import blobs, sealed
+from backend.jobs import blobs
 from backend.jobs.context import NodeContext
+from backend.jobs.sealed import key_gathering, key_requests, key_store, reader
 from backend.ledger import models as mirror
 
 # What is in flight, the keys asked for lately and the keys the threads found are the node's:
@@ -87,7 +88,7 @@ def round_updates(ctx: NodeContext) -> int:
 
 def _committee_keys(ctx: NodeContext, updates: list) -> int:
     """For the rounds this node scores, once the mirror shows the training over: ask for every key
-    at once (sealed.ask_ahead), so the answers travel while the agent plans and begins the score
+    at once (key_gathering.ask_ahead), so the answers travel while the agent plans and begins the score
     action, which waits on these requests instead of sending its own."""
     by_round: dict[tuple[int, int], list] = {}
     for update in updates:
@@ -96,7 +97,7 @@ def _committee_keys(ctx: NodeContext, updates: list) -> int:
     for round_updates in by_round.values():
         job, round_ = round_updates[0].job, round_updates[0].round
         if _training_over(job, round_):
-            started += sealed.ask_ahead(ctx, job.job_id, round_, round_updates)
+            started += key_gathering.ask_ahead(ctx, job.job_id, round_, round_updates)
     return started
 
 
@@ -110,7 +111,7 @@ def _round_keys(ctx: NodeContext, updates: list) -> int:
     with memory.lock:
         found, memory.found[:] = list(memory.found), []
     for job_id, round_, update, key in found:
-        sealed.keep(ctx, job_id, round_, update, key)
+        key_store.keep(ctx, job_id, round_, update, key)
     over: dict[tuple[int, int], bool] = {}
     started = 0
     now = time.monotonic()
@@ -120,7 +121,7 @@ def _round_keys(ctx: NodeContext, updates: list) -> int:
             over[(job.pk, round_)] = _training_over(job, round_)
         if not over[(job.pk, round_)]:
             continue
-        if update.trainer.lower() in sealed.keys_held(ctx.address, job.job_id, round_):
+        if update.trainer.lower() in key_store.keys_held(ctx.address, job.job_id, round_):
             continue
         tried = (job.job_id, round_, update.trainer.lower())
         with memory.lock:
@@ -130,7 +131,7 @@ def _round_keys(ctx: NodeContext, updates: list) -> int:
                 memory.key_tries.clear()
             memory.key_tries[tried] = now
             memory.pending.add(("key", *tried))
-        holders = sealed.holders(ctx, job.job_id, update.trainer)
+        holders = key_requests.holders(ctx, job.job_id, update.trainer)
         priority.low_priority("prefetch", PREFETCH_NICE).submit(
             _fetch_key, ctx, job.job_id, round_, update, holders
         )
@@ -140,7 +141,7 @@ def _round_keys(ctx: NodeContext, updates: list) -> int:
 
 def _training_over(job: mirror.Job, round_: int) -> bool:
     """The mirror's view: every trainer's update in, or (a job timed in seconds) the deadline passed."""
-    trainers = job.participants.count() - job.committee_size
+    trainers = job.participants.filter(drawn=True).count() - job.committee_size
     if job.updates.filter(round=round_).count() >= trainers:
         return True
     if job.use_blocks:
@@ -152,7 +153,7 @@ def _training_over(job: mirror.Job, round_: int) -> bool:
 def _fetch_key(ctx: NodeContext, job_id: int, round_: int, update, holders: list[str]) -> None:
     memory = ctx.memory.prefetch
     try:
-        key = sealed.fetch_key(
+        key = reader.fetch_key(
             ctx,
             holders,
             job_id,

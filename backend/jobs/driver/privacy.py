@@ -1,7 +1,8 @@
 """The round driver's privacy: this node's plan for a job, and charging each release before it happens.
 
-The plan (``fl_node.privacy_plan``) is computed from the job's config and this node's own
-data: the training release of every round and the noise of the committee's scores. Each
+The plan (``fl_node.privacy_plan``) is computed from the job's config and public facts of this
+node's dataset (its size, its public hold-out flag): the training release of every round and
+the noise of the committee's scores, as every other member computes it. Each
 release is reserved in the dataset's budget (``backend.datasets.budget``) BEFORE it is
 computed, so a release past the cap is never computed. A training release's on-chain record
 goes in the update's own submitUpdate (``reserve_for_update``); a score release's
@@ -17,6 +18,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from datetime import datetime
 
+from backend.datasets import chain
 from backend.datasets.budget import (
     Charge,
     ReleaseNotReserved,
@@ -27,33 +29,37 @@ from backend.datasets.budget import (
     withhold_abandoned,
 )
 from backend.datasets.models import PrivacyRelease
-from backend.jobs.config import JobConfig
 from backend.jobs.context import NodeContext
-from backend.jobs.driver import workspace
 from backend.jobs.models import RoundAction
 from backend.ledger import models as mirror
+from backend.ledger.errors import LedgerError
+from backend.ledger.resources import SpendKind
+from fl_node.job import plan as job_plan
+from fl_node.job.config import JobConfig
 from fl_node.privacy import ReleasePlan
 from fl_node.privacy_plan import PrivacyPlan
 
 logger = logging.getLogger(__name__)
 # A spendPrivacy transaction is awaited at most this long before an output would be published.
 SPEND_TIMEOUT_S = 300.0
+# The chain records at most this many spends per participant and round (FederatedLearning).
+MAX_SPENDS_PER_ROUND = 3
 
 
 def scores_per_round(job: mirror.Job) -> int:
-    """Scores a committee member releases in a round: one per participant not on the committee,
-    and one of the base (current global) model, which the contract's margin rule compares with."""
-    return max(job.participants.count() - job.committee_size, 1) + 1
+    """Scores a committee member releases in a round (``fl_node.job.plan.scores_per_round``)."""
+    return job_plan.scores_per_round(job.participants.count(), job.committee_size)
 
 
 def node_plan(ctx: NodeContext, job: mirror.Job, config: JobConfig, dataset) -> PrivacyPlan:
-    """This node's plan for ``job`` on ``dataset`` (cheap: the calibrations are cached)."""
-    train, val = workspace.local_split(ctx, dataset, config)
-    return config.privacy_plan(
-        num_train=len(train),
-        num_records=len(train) + len(val),
-        scores_per_round=scores_per_round(job),
+    """This node's plan for ``job`` on ``dataset``: from public values only (the dataset's size,
+    its public hold-out flag, the job), exactly as any other member computes it. Cheap: the
+    calibrations are cached, and no data is read."""
+    return job_plan.participant_plan(
+        config,
+        samples=dataset.num_samples,
         public_holdout=dataset.public_holdout,
+        scores_per_round=scores_per_round(job),
     )
 
 
@@ -122,13 +128,53 @@ def spent_with_update(claim: RoundAction) -> None:
 
 
 def owe_nothing(claim: RoundAction) -> None:
-    """A training release withheld (never published) owes the chain nothing: its spend would have
-    travelled with its update. The local budget still counts it (``withheld``)."""
+    """A training release withheld (never published) owes its update's submit nothing: ``withheld``
+    recorded it on chain on its own (kind WITHHELD). The local budget still counts it."""
     RoundAction.objects.filter(pk=claim.pk).update(privacy_unsent=0)
 
 
+def _open_reservations(dataset, job_id: int, round_: int, kind: str) -> list[PrivacyRelease]:
+    return list(
+        PrivacyRelease.objects.filter(
+            dataset_id=dataset.pk,
+            job=str(job_id),
+            round=round_,
+            kind=kind,
+            status=PrivacyRelease.Status.RESERVED,
+        ).order_by("-id")[:MAX_SPENDS_PER_ROUND]
+    )
+
+
+def _record_withheld(dataset, job_id: int, round_: int, release: PrivacyRelease) -> None:
+    """Every release on chain: a training release computed and never published is recorded with
+    spendPrivacy (kind WITHHELD, its steps), its spend having had no update to travel with.
+
+    Possible only while its round is open (the chain takes spends for the current round, or the
+    next while the current one aggregates): a release of a round the chain has left stays on this
+    node's record alone, logged. A score release is on chain before it is computed already.
+    """
+    if release.kind == PrivacyRelease.Kind.SCORE_COUNT or not dataset.onchain_id:
+        return
+    try:
+        chain.spend_privacy(job_id, round_, max(release.micro_epsilon, 1), SpendKind.WITHHELD, release.steps)
+    except LedgerError as exc:
+        logger.warning(
+            "job %s round %s: the withheld %s release could not be recorded on chain: %s",
+            job_id,
+            round_,
+            release.kind,
+            exc,
+        )
+
+
 def _reserve_locally(claim: RoundAction, dataset, job_id: int, round_: int, release: ReleasePlan) -> Charge:
+    # Open reservations of this release belong to attempts this node lost (a restart): computed
+    # or not, nobody knows, so each is a withheld release, recorded on chain (the first few: the
+    # chain takes at most MAX_SPENDS_PER_ROUND a round).
+    lost = _open_reservations(dataset, job_id, round_, release.kind)
     withhold_abandoned(dataset, job_id, round_, release.kind)
+    for abandoned in lost[:1]:
+        _record_withheld(dataset, job_id, round_, abandoned)
     charge = reserve_release(dataset, job_id, round_, release)
     # A DP job's contract refuses an update without the round's spend: a release whose increase
     # rounds to nothing is still recorded as the smallest amount.
@@ -150,7 +196,14 @@ def released(dataset, job_id: int, round_: int, kind: str) -> None:
 
 
 def withheld(dataset, job_id: int, round_: int, kind: str) -> None:
+    """The release was computed and is discarded unpublished: withheld (still counted), and a
+    training release recorded on chain as such (``_record_withheld``)."""
+    if kind == "none":
+        return
+    pending = _open_reservations(dataset, job_id, round_, kind)[:1]
     _settle(mark_withheld, dataset, job_id, round_, kind)
+    for release in pending:  # withheld now, not by an earlier attempt of this action
+        _record_withheld(dataset, job_id, round_, release)
 
 
 def _settle(mark, dataset, job_id: int, round_: int, kind: str) -> None:

@@ -6,13 +6,13 @@ next round (see planner), as nothing waits for a round's metrics.
 
 from __future__ import annotations
 
-from backend.jobs.config import JobConfig
 from backend.jobs.context import NodeContext
 from backend.jobs.driver import state, timing, workspace
 from backend.jobs.driver.state import Outcome
 from backend.jobs.models import RoundMetric
 from backend.ledger import models as mirror
 from backend.serving.services import register_global_model
+from fl_node.job.config import JobConfig
 from fl_node.train import evaluate
 
 

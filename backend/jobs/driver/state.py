@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from backend.cluster.errors import ActionError  # the driver's actions run as cluster tasks
 from backend.datasets.budget import job_epsilon as spent_by_job
 from backend.datasets.models import Dataset
-from backend.jobs.config import JobConfig
 from backend.ledger import models as mirror
+from fl_node.job.config import JobConfig
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,17 @@ def seats(job: mirror.Job, round_: int) -> list[str]:
 
 def base_model(job: mirror.Job, round_: int) -> tuple[str, str]:
     """(reference, hash) of the global model that round ``round_`` starts from: the model fixed for
-    the round before, or, where that round's aggregation was skipped, the one it carried forward."""
-    skipped = set(
-        job.rounds_set.filter(number__lt=round_, status=mirror.Round.Status.SKIPPED).values_list(
-            "number", flat=True
-        )
-    )
-    while round_ > 1 and round_ - 1 in skipped:
+    the round before, or, where that round's aggregation was skipped, the one it carried forward.
+    A round after a skipped one that never opened (void: the contract voids it with its early
+    updates, trained on a model never fixed) carries it forward too."""
+    statuses = dict(job.rounds_set.filter(number__lt=round_).values_list("number", "status"))
+    skipped = mirror.Round.Status.SKIPPED
+
+    def carried(number: int) -> bool:
+        status = statuses.get(number)
+        return status == skipped or (status is None and statuses.get(number - 1) == skipped)
+
+    while round_ > 1 and carried(round_ - 1):
         round_ -= 1
     if round_ <= 1:
         return job.initial_model_ref, job.initial_model_hash
@@ -57,8 +61,7 @@ def scorers(job_id: int, round_: int) -> set[str]:
 
 
 def voters(job_id: int, round_: int) -> set[str]:
-    proposers = {e.args["proposer"] for e in fl_events(job_id, "GlobalModelProposed", round_)}
-    return proposers | {e.args["member"] for e in fl_events(job_id, "GlobalModelConfirmed", round_)}
+    return {e.args["member"] for e in fl_events(job_id, "GlobalModelVoted", round_)}
 
 
 def my_dataset(job: mirror.Job, address: str) -> Dataset:
@@ -86,7 +89,7 @@ def first_open_round(job: mirror.Job) -> int:
     Every round before it is closed on chain: finalized (it takes no update or score any more),
     or the job ended. A speculative update of round r + 1 while r aggregates is not closed.
     """
-    if job.status == mirror.Job.Status.OPEN:
+    if job.status in (mirror.Job.Status.OPEN, mirror.Job.Status.DRAWING):
         return 0
     if job.status != mirror.Job.Status.RUNNING:
         return 2**31 - 1  # every round (the releases' round column's bound)

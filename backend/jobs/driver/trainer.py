@@ -9,12 +9,15 @@ while a peer restarts, an RPC outage, the database gone) keeps the trained updat
 which stores and submits it again instead of retraining: one release, charged once. A retry
 after a failure between the reservation and the encoded update (the task runner's bookkeeping
 or the database going away) takes over that reservation, and the training's result when it
-has one, instead of reserving and training the round again (``_Attempt``).
+has one, instead of reserving and training the round again (``TrainingAttempt``).
 
-Nothing is published before it is final: the update is sealed (``backend.jobs.sealed``: no
-member can read it before the round's training deadline) and stored in the swarm only once the
-chain opened the round on the model it was trained on. A speculative update on a model the
-committee did not fix is discarded unpublished (withheld).
+Nothing is readable before its round's training is over: the update is sealed
+(``backend.jobs.sealed``: its key is served only then). Trained while the previous round
+aggregates, on this node's own aggregate of its accepted updates (deterministic: the model every
+honest committee member votes for), it is stored and submitted at once, as an early update of
+the round (FederatedLearning.submitUpdate), so it lands in the block that fixes that model. Once
+the round is open, an update is submitted only if the round opened on the model it was trained
+on; one trained on another model is discarded unpublished (withheld) and the round trained again.
 """
 
 from __future__ import annotations
@@ -23,28 +26,30 @@ import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import datetime
 
 from django.utils import timezone
 
 from backend.cluster import priority
 from backend.cluster import runner as cluster_runner
 from backend.datasets.models import PrivacyRelease
-from backend.jobs import chain, encodings, sealed
-from backend.jobs.config import JobConfig
+from backend.jobs import chain, encodings
 from backend.jobs.context import NodeContext
 from backend.jobs.driver import adaptive_work, aggregator, state, timing, workspace
 from backend.jobs.driver import privacy as round_privacy
+from backend.jobs.driver.memory import TrainedUpdate, TrainingAttempt
 from backend.jobs.driver.state import ActionError, Outcome
 from backend.jobs.models import RoundAction
+from backend.jobs.sealed import key_store
 from backend.ledger import errors as ledger_errors
 from backend.ledger import models as mirror
 from fl_node.attacks import get_attack
 from fl_node.codec import content_hash
-from fl_node.local_round import LocalUpdate, local_round
-from fl_node.privacy import ReleasePlan
-from fl_node.sparse import TensorChoice, encode_with_policy
+from fl_node.job import training
+from fl_node.job.config import JobConfig
+from fl_node.job.plan import update_mechanism
+from fl_node.local_round import local_round
+from fl_node.privacy_plan import PrivacyPlan
+from fl_node.sparse import encode_with_policy
 from fl_node.train import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -52,24 +57,11 @@ logger = logging.getLogger(__name__)
 AWAIT_POLL_S = 0.02
 
 
-def round_seed(config: JobConfig, round_: int, index: int) -> int:
-    """Public: seeds only what DP does not rely on (dropout) and a scripted attacker's draws."""
-    return config.seed * 1_000_003 + round_ * 1009 + index
-
-
-@dataclass(frozen=True)
-class _Trained:
-    """An update trained on a model that was not fixed on chain yet, kept until it is."""
-
-    base_hash: str
-    blob: bytes  # the encoded update: held here, unpublished, until the round opens on base_hash
-    content_hash: str
-    samples: int
-    work_seconds: float
-    ahead: bool  # trained before the round opened, on this node's own aggregate
-    kind: str  # the release kind it was charged as
-    choices: dict[str, TensorChoice]  # each tensor's encoding (fl_node.sparse), recorded once submitted
-    spend: int  # micro-epsilon the submit records on chain with the update (0: no DP)
+def round_settings(config: JobConfig, round_: int, index: int, plan: PrivacyPlan) -> TrainConfig:
+    """Participant ``index``'s training settings for ``round_`` (before adaptive work picks the round's
+    steps): the job's (fl_node.job.training), seeded by the round and the participant, as the
+    simulator's (tests/jobs/test_one_job_definition.py)."""
+    return training.train_config(config, training.round_seed(config, round_, index), plan)
 
 
 def train_round(
@@ -77,12 +69,12 @@ def train_round(
 ) -> Outcome:
     """``claim``: this action's row (its attempts, and the privacy spend still unsent).
 
-    Speculative (planned while round ``round_ - 1`` is aggregating): train on this node's own
+    Ahead of the round (planned while round ``round_ - 1`` is aggregating): train on this node's own
     aggregate of the previous round, which every honest committee member computes to the same
-    bytes, and publish and submit only once the chain has opened the round on a model with the
-    same hash. On a different hash (a faulty committee) the update is discarded unpublished
-    (withheld, still counted) and the round trains again on the fixed model: a new release,
-    charged again.
+    bytes, and submit it early while that round still aggregates. Once the round is open, an
+    update trained on another model than the one it opened on (a faulty committee) is discarded
+    unpublished (withheld, still counted) and the round trains again on the fixed model: a new
+    release, charged again.
     """
     # A first attempt cannot have submitted (the planner saw no update in the mirror); a retry
     # after a crash may have: ask the contract before training again.
@@ -120,22 +112,24 @@ def train_round(
 
 
 _MOVED_ON = "moved on"
+_EARLY = "early"  # the round before still aggregates: the update goes in as an early one
 
 
-def _keep(ctx: NodeContext, job_id: int, round_: int, trained: _Trained) -> None:
+def _keep(ctx: NodeContext, job_id: int, round_: int, trained: TrainedUpdate) -> None:
     waiting = ctx.memory.trainer.waiting
     workspace.keep_round(waiting, job_id, round_)
     waiting[(job_id, round_)] = trained
 
 
 def _publish(
-    ctx: NodeContext, job: mirror.Job, round_: int, claim: RoundAction, trained: _Trained
+    ctx: NodeContext, job: mirror.Job, round_: int, claim: RoundAction, trained: TrainedUpdate
 ) -> Outcome | None:
-    """Store and submit ``trained`` once its round is open on the model it was trained on.
+    """Store and submit ``trained``: early while the round before aggregates, or once its round is
+    open on the model it was trained on.
 
     None when the round opened on another model (the update is withheld, the caller trains
     again). An exception means nothing reached the chain: the caller keeps ``trained`` for the
-    retry (``sealed.store_own`` reuses what an earlier attempt stored).
+    retry (``key_store.store_own`` reuses what an earlier attempt stored).
     """
     opened = _await_round(ctx, job.job_id, round_)
     if opened is None:
@@ -146,11 +140,11 @@ def _publish(
         round_privacy.withheld(dataset, job.job_id, round_, trained.kind)
         round_privacy.owe_nothing(claim)
         return Outcome(True, "the round has moved on")
-    if opened != trained.base_hash.removeprefix("0x").lower():
+    if opened is not _EARLY and opened != trained.base_hash.removeprefix("0x").lower():
         round_privacy.withheld(dataset, job.job_id, round_, trained.kind)
         return None
     # Sealed and stored only now that it is final; its key stays here until the deadline.
-    reference = sealed.store_own(
+    reference = key_store.store_own(
         ctx,
         job.job_id,
         round_,
@@ -182,13 +176,13 @@ def _publish(
     return Outcome(True, detail, receipt.tx_hash, trained.work_seconds)
 
 
-def _resume(ctx: NodeContext, job: mirror.Job, round_: int) -> _Trained | None:
+def _resume(ctx: NodeContext, job: mirror.Job, round_: int) -> TrainedUpdate | None:
     """After a restart: this node's sealed update of the round that an attempt stored but did not
     get on chain (the retry checked that first), whose reservation is still open. It is submitted
     again as it is: a retrain would be a new release, charged a second time. Its key never went
     out (only an update on chain has its key served), so nothing of it was released yet.
     """
-    row = sealed.own_unsent(ctx, job.job_id, round_)
+    row = key_store.own_unsent(ctx, job.job_id, round_)
     if row is None:
         return None
     if row.kind != "none":
@@ -203,12 +197,15 @@ def _resume(ctx: NodeContext, job: mirror.Job, round_: int) -> _Trained | None:
         if not still_reserved:  # settled meanwhile (withheld): train afresh, as before
             return None
     logger.info("job %s round %s: submitting the sealed update stored before the restart", job.job_id, round_)
-    # blob: not needed, the sealed copy is stored and its row names it (sealed.store_own).
-    return _Trained(row.base_hash, b"", row.content_hash, row.samples, 0.0, False, row.kind, {}, row.spend)
+    # blob: not needed, the sealed copy is stored and its row names it (key_store.store_own).
+    return TrainedUpdate(
+        row.base_hash, b"", row.content_hash, row.samples, 0.0, False, row.kind, {}, row.spend
+    )
 
 
 def _await_round(ctx: NodeContext, job_id: int, round_: int) -> str | None:
-    """The hash (hex) of the model round ``round_`` opened on; None if it is not open within the wait."""
+    """The hash (hex) of the model round ``round_`` opened on; _EARLY while the round before it
+    aggregates (an early update is accepted); None if neither comes within the wait."""
     deadline = time.monotonic() + ctx.speculation_wait_s
     while True:
         on_chain = chain.job_state(ctx, job_id)
@@ -216,6 +213,8 @@ def _await_round(ctx: NodeContext, job_id: int, round_: int) -> str | None:
             return _MOVED_ON
         if on_chain.round == round_:  # open, or already finalized without this node's update
             return on_chain.model_hash.hex() if on_chain.phase == chain.RoundPhase.TRAINING else _MOVED_ON
+        if on_chain.round == round_ - 1 and on_chain.phase == chain.RoundPhase.AGGREGATING:
+            return _EARLY
         if time.monotonic() >= deadline:
             return None
         time.sleep(AWAIT_POLL_S)
@@ -238,15 +237,17 @@ def _base_model(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: in
     return model_hash, workspace.global_model(ctx, reference, model_hash, config)[1], False
 
 
-def _train(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction) -> _Trained:
+def _train(
+    ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, claim: RoundAction
+) -> TrainedUpdate:
     """Train this node's update for the round: reserve its release, train, encode; publish nothing."""
     with timing.part(timing.PREPARE):
         dataset = state.my_dataset(job, ctx.address)
         train, _ = workspace.local_split(ctx, dataset, config)
         base_hash, global_state, ahead = _base_model(ctx, job, config, round_)
-        seed = round_seed(config, round_, state.participant_index(job, ctx.address))
         plan = round_privacy.node_plan(ctx, job, config, dataset)
-        train_config = config.train_config(seed, plan)
+        index = state.participant_index(job, ctx.address)
+        train_config = round_settings(config, round_, index, plan)
         # Adaptive work: this node's AIMD steps for the round, and the release of exactly those.
         train_config, release = adaptive_work.plan_round(ctx.address, job.job_id, config, train_config, plan)
     kind = plan.train.kind if plan.train is not None else "none"
@@ -258,7 +259,7 @@ def _train(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, cl
 
     attack = get_attack(ctx.attack.split(":")[0]) if ctx.attack else None
     started = time.perf_counter()
-    model = config.build_model()
+    model = training.build_model(config)
     with timing.part(timing.TRAIN):
         # A cluster task (backend.cluster.runner): placed on a slot, retried, cancellable, logged.
         result = cluster_runner.run(
@@ -270,10 +271,10 @@ def _train(ctx: NodeContext, job: mirror.Job, config: JobConfig, round_: int, cl
             train,
             train_config,
             num_classes=config.num_classes,
-            mechanism=config.update_mechanism(plan),
+            mechanism=update_mechanism(plan),
             attack=attack,
-            attack_seed=seed,
-            kept_rows=config.kept_rows(global_state, round_),
+            attack_seed=train_config.seed,
+            kept_rows=training.kept_rows(config, global_state, round_),
             node=ctx.address,
             nice=ctx.train_nice,
             demand=cluster_runner.train_demand(model, train, train_config),
@@ -287,7 +288,7 @@ def _encoded(
     job,
     config,
     round_: int,
-    attempt: _Attempt,
+    attempt: TrainingAttempt,
     global_state,
     ahead: bool,
     kind: str,
@@ -302,30 +303,14 @@ def _encoded(
     )
     ctx.memory.trainer.attempts.pop((job.job_id, round_), None)  # the caller keeps the update itself
     samples = result.samples
-    return _Trained(
+    return TrainedUpdate(
         attempt.base_hash, blob, content_hash(blob), samples, attempt.work, ahead, kind, choices, spend
     )
 
 
-@dataclass
-class _Attempt:
-    """This process's attempt at a round's training, from its reservation until its update is
-    encoded: a retry after a failure in between (its database went away under the reservation,
-    the task runner's bookkeeping, or the encoding) takes the reservation over, and the result
-    if there is one, instead of reserving and training the round a second time."""
-
-    since: datetime  # when its reservation was asked for
-    base_hash: str
-    train_config: TrainConfig
-    release: ReleasePlan | None  # the ReleasePlan reserved (None: no DP)
-    touched: bool = False  # the training began: without a result, its fate is unknown
-    result: LocalUpdate | None = None  # the training's output (fl_node.local_round), once it returned
-    work: float = 0.0
-
-
 def _reserve(
     ctx: NodeContext, key: tuple[int, int], claim: RoundAction, dataset, base_hash: str, train_config, release
-) -> tuple[_Attempt, int]:
+) -> tuple[TrainingAttempt, int]:
     """(the attempt, the micro-epsilon its submit owes): the cut attempt on the same model when it
     can be taken over (its reservation still open), else a new one, reserved.
 
@@ -350,13 +335,13 @@ def _reserve(
                 return cut, owed
     workspace.keep_round(attempts, *key)
     # Recorded before the reservation: it may be stored and its answer lost.
-    attempt = attempts[key] = _Attempt(timezone.now(), base_hash, train_config, release)
+    attempt = attempts[key] = TrainingAttempt(timezone.now(), base_hash, train_config, release)
     if release is None:
         return attempt, 0
     return attempt, round_privacy.reserve_for_update(claim, dataset, key[0], key[1], release)
 
 
-def _touching_data(attempt: _Attempt, fn):
+def _touching_data(attempt: TrainingAttempt, fn):
     """``fn`` that marks ``attempt`` as having touched the data when it begins, and keeps its result."""
 
     @functools.wraps(fn)

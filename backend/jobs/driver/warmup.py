@@ -19,12 +19,17 @@ import logging
 
 from django.utils import timezone
 
+from backend.celery import app
 from backend.jobs.context import NodeContext
+from backend.jobs.discovery import config_of, job_record
 from backend.jobs.driver import state, workspace
 from backend.jobs.models import Membership
 from backend.ledger import models as mirror
+from fl_node.job import training
 
 logger = logging.getLogger(__name__)
+# The Celery task that runs warm_and_mark on the node's worker (backend/jobs/tasks.py).
+WARM_JOB_TASK = "jobs.warm_job"
 
 
 def warm_jobs(ctx: NodeContext) -> None:
@@ -43,10 +48,8 @@ def warm_jobs(ctx: NodeContext) -> None:
         ctx.memory.agent.warmed.add(job.job_id)  # one try: on failure round 1 loads it itself
         if ctx.actions_inline:
             warm_and_mark(ctx, job.job_id)
-        else:
-            from backend.jobs.tasks import warm_job
-
-            warm_job.delay(job.job_id)
+        else:  # by the task's name: its module (tasks.py) imports this one
+            app.send_task(WARM_JOB_TASK, args=(job.job_id,), ignore_result=True)
 
 
 def warm_and_mark(ctx: NodeContext, job_id: int) -> bool:
@@ -64,7 +67,6 @@ def warm_and_mark(ctx: NodeContext, job_id: int) -> bool:
 
 def warm(ctx: NodeContext, job: mirror.Job) -> None:
     from backend.jobs.driver.privacy import node_plan
-    from backend.jobs.services import config_of, job_record
 
     config = config_of(job_record(ctx, job.job_id))
     dataset = state.my_dataset(job, ctx.address)
@@ -72,7 +74,7 @@ def warm(ctx: NodeContext, job: mirror.Job) -> None:
     _, initial, _ = workspace.global_model(ctx, job.initial_model_ref, job.initial_model_hash, config)
     workspace.scratch_model(ctx, config)
     plan = node_plan(ctx, job, config, dataset)  # calibrates the noise once; cached for the rounds
-    train_config = config.train_config(seed=0, plan=plan)
+    train_config = training.train_config(config, seed=0, plan=plan)
     dry_run(ctx, config, train_config, initial, train)
     dry_encode(config, initial)
 
@@ -112,4 +114,4 @@ def dry_run(ctx: NodeContext, config, train_config, initial: dict, train) -> Non
 
     batch = train.subset(np.arange(min(len(train), train_config.batch_size)))
     # On the thread that will train: some of the set-up (kernel caches) is per thread.
-    training_thread(ctx).submit(train_local, config.build_model(), initial, batch, step).result()
+    training_thread(ctx).submit(train_local, training.build_model(config), initial, batch, step).result()

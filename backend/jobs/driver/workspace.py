@@ -2,23 +2,22 @@
 
 Global models are kept decoded by content hash (training, scoring, aggregating and
 registering the same round reuse one decode), a scratch module per architecture, and
-each dataset's deterministic train / validation split: in the node's memory
+each dataset's train / validation split (keyed with the dataset's secret): in the node's memory
 (``ctx.memory.workspace``, backend.jobs.driver.memory), which a restart forgets.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 
-import numpy as np
 import torch
 
 from backend.jobs import blobs
-from backend.jobs.config import JobConfig
 from backend.jobs.context import NodeContext
 from fl_node.codec import decode_model, update_spec
-from fl_node.data import ArrayDataset, stratified_split
+from fl_node.data import ArrayDataset
+from fl_node.job import training
+from fl_node.job.config import JobConfig
 
 
 def keep_round(cache: dict, job_id: int, round_: int) -> None:
@@ -67,7 +66,7 @@ def scratch_model(ctx: NodeContext, config: JobConfig) -> torch.nn.Module:
     scratch = ctx.memory.workspace.scratch
     module = scratch.get(key)
     if module is None:
-        module = scratch.put(key, config.build_model())
+        module = scratch.put(key, training.build_model(config))
     return module
 
 
@@ -75,42 +74,21 @@ def spec_of(state) -> dict:
     return update_spec(state)
 
 
-# The share of a public-hold-out dataset that is its (one, job-independent) hold-out.
-PUBLIC_HOLDOUT_FRACTION = 0.2
-
-
-def split_seed(content_hash: str, config: JobConfig | None) -> int:
-    """The validation split depends on the data and the job only, so a restarted node gets the same.
-
-    ``config`` None: the job-independent split of a public hold-out.
-    """
-    label = "public-holdout" if config is None else config.seed
-    digest = hashlib.sha256(f"{content_hash}:{label}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
-
-
 def local_split(ctx: NodeContext, dataset, config: JobConfig) -> tuple[ArrayDataset, ArrayDataset]:
-    """(train, validation) parts of this node's dataset: a deterministic stratified split.
+    """(train, validation) parts of this node's dataset in the job (backend.datasets.services.load_split).
 
-    A dataset that declared its hold-out public has ONE hold-out for every job (a fixed
-    fraction, seeded by its content alone): its exactly-scored records never change, and are
-    never trained on, so the records DP protects stay the same whatever jobs it joins.
+    Each record's side is a keyed hash of that record alone under the dataset's secret, so the
+    split of D and of D plus x differ in x alone, and nobody without the secret can compute it.
+    A dataset that declared its hold-out public has ONE hold-out for every job: its
+    exactly-scored records never change, and are never trained on.
     """
-    from backend.datasets.services import load_dataset_arrays
+    from backend.datasets.services import load_split
 
-    public = bool(getattr(dataset, "public_holdout", False))
-    fraction = PUBLIC_HOLDOUT_FRACTION if public else config.val_fraction
-    seed = split_seed(dataset.content_hash, None if public else config)
-    key = (dataset.content_hash, seed, fraction)
+    key = (dataset.pk, dataset.secret, bool(dataset.public_holdout), config.val_fraction, config.seed)
     splits = ctx.memory.workspace.splits
     cached = splits.get(key)
     if cached is not None:
         return cached
-    x, y = load_dataset_arrays(dataset)
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    y = np.ascontiguousarray(y, dtype=np.int64)
-    train_idx, val_idx = stratified_split(y, (1.0 - fraction, fraction), seed=seed)
-    if len(val_idx) == 0 or len(train_idx) == 0:
-        val_idx, train_idx = np.arange(min(1, len(y))), np.arange(min(1, len(y)), len(y))
-    full = ArrayDataset(x, y)
-    return splits.put(key, (full.subset(np.sort(train_idx)), full.subset(np.sort(val_idx))))
+    split = load_split(dataset, val_fraction=config.val_fraction, job_seed=config.seed)
+    full = ArrayDataset(split.x, split.y)
+    return splits.put(key, (full.subset(split.train), full.subset(split.validation)))

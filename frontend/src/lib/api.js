@@ -52,8 +52,17 @@ const list = (promise) => data(promise).then((body) => (Array.isArray(body) ? bo
 
 export const api = {
   login: (username, password) => data(http.post('/auth/login', { username, password }, { skipAuthRedirect: true })),
+  // Ends this device's login only: the user's other devices and scripts keep theirs.
   logout: () => data(http.post('/auth/logout', null, { skipAuthRedirect: true })),
   me: () => data(http.get('/auth/me')),
+
+  // Accounts: operators manage users; everyone their own logins (devices) and script tokens.
+  users: () => list(http.get('/users')),
+  createUser: (body) => data(http.post('/users', body)),
+  updateUser: (id, body) => data(http.patch(`/users/${id}`, body)),
+  tokens: (params = {}) => list(http.get('/tokens', { params })),
+  createToken: (body) => data(http.post('/tokens', body)),
+  revokeToken: (id) => data(http.delete(`/tokens/${id}`)),
 
   node: () => data(http.get('/node')),
   peers: () => list(http.get('/peers')),

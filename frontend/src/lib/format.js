@@ -38,3 +38,23 @@ export function timeAgo(value, now = Date.now()) {
   if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`
   return `${Math.round(seconds / 86400)} d ago`
 }
+
+// A time before or after now as a person says it: "3 minutes ago", "in 3 minutes", "just now".
+export function fromNow(value, now = Date.now()) {
+  if (!value && value !== 0) return '—'
+  const date = typeof value === 'number' ? new Date(value * (value < 1e12 ? 1000 : 1)) : new Date(value)
+  const seconds = Math.round((date.getTime() - now) / 1000)
+  if (Number.isNaN(seconds)) return String(value)
+  const size = Math.abs(seconds)
+  if (size < 10) return 'just now'
+  const [unit, count] =
+    size < 60 ? ['second', size] : size < 3600 ? ['minute', Math.round(size / 60)] : size < 86400 ? ['hour', Math.round(size / 3600)] : ['day', Math.round(size / 86400)]
+  const text = `${count} ${unit}${count === 1 ? '' : 's'}`
+  return seconds > 0 ? `in ${text}` : `${text} ago`
+}
+
+// A moment as a local date and time, with how far it is from now: "5 Dec 2026, 14:03 (in 3 minutes)".
+export function whenText(value, now = Date.now()) {
+  if (!value && value !== 0) return '—'
+  return `${formatTime(value)} (${fromNow(value, now)})`
+}

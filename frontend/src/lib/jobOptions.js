@@ -27,13 +27,22 @@ export const STRATEGY_GROUPS = [
   },
 ]
 
+// The job's defense against a hostile minority (fl_node.robust.DEFENSES); none is an explicit choice.
+export const DEFAULT_DEFENSE = 'robust'
+export const DEFENSES = [
+  { value: 'robust', label: 'Robust (recommended): committee defenses and steps bounded by the median' },
+  { value: 'committee', label: 'Committee: clipped relative scores, median-norm clip, sign vote' },
+  { value: 'none', label: 'None (no defense)' },
+]
+
 export const DP_MODES = [
   { value: 'none', label: 'None' },
   { value: 'sgd', label: 'DP-SGD (per-sample clipping + noise)' },
   { value: 'update', label: 'Update-level Gaussian mechanism' },
 ]
 
-export const ACTIVE_JOB_STATUSES = ['created', 'pending', 'open', 'joining', 'running', 'training', 'active', 'started']
+// 'drawing': started, the participants reveal their draw secrets before the first committee is drawn.
+export const ACTIVE_JOB_STATUSES = ['created', 'pending', 'open', 'joining', 'drawing', 'running', 'training', 'active', 'started']
 
 export function isActiveJob(job) {
   return ACTIVE_JOB_STATUSES.includes(String(job?.status || '').toLowerCase())

@@ -6,6 +6,7 @@ const ACTIONS = {
   'grants:write': ['operator', 'provider'],
   'jobs:write': ['operator'],
   'models:predict': ['operator', 'provider', 'viewer'],
+  'users:manage': ['operator'],
 }
 
 export function can(role, action) {

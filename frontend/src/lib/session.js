@@ -4,7 +4,8 @@
 // other's cookies (cookies ignore the port), while storage is per origin. Requests carry the
 // token in the Authorization header, which another site cannot make the browser send (no CSRF).
 // A sign-in or sign-out in one tab reaches the others through the `storage` event; the token
-// expires on the node (DEFL_TOKEN_TTL_S) and logging out revokes it everywhere.
+// expires on the node (DEFL_TOKEN_TTL_S). Each sign-in (a browser, a device) has a token of its own:
+// signing out ends this browser's login in all its tabs, never the user's other devices or scripts.
 import { reactive, readonly } from 'vue'
 
 const STORAGE_KEY = 'defl.session'

@@ -1,9 +1,11 @@
-"""``manage.py node init|status|admit|adduser|run``: bootstrap and inspect this node, vote new members in, add users."""
+"""``manage.py node init|status|admit|adduser|run|backup|restore``: bootstrap and inspect this node, vote new
+members in, add users, back it up and restore it (backend/nodes/backup.py)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -30,7 +32,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(
-            dest="subcommand", required=True, metavar="{init,status,admit,adduser,run}"
+            dest="subcommand", required=True, metavar="{init,status,admit,adduser,run,backup,restore}"
         )
 
         init = sub.add_parser("init", help="create (or import) the node key and register the node on chain")
@@ -56,14 +58,32 @@ class Command(BaseCommand):
 
         add_run_parser(sub)
 
+        backup = sub.add_parser("backup", help="a consistent backup of this node, while it runs")
+        backup.add_argument("directory", help="a new (or empty) directory; it will hold secrets")
+        backup.add_argument(
+            "--with-chunks", action="store_true", help="copy the chunk files too (peers hold replicas)"
+        )
+
+        restore = sub.add_parser("restore", help="restore this node from a backup (stop its processes first)")
+        restore.add_argument("directory")
+        restore.add_argument(
+            "--force", action="store_true", help="replace a database or keystore that holds data"
+        )
+        restore.add_argument(
+            "--no-fetch", action="store_true", help="do not fetch the chunks missing here from peers now"
+        )
+
     def handle(self, *args, subcommand: str, **options):
         if subcommand == "run":
+            self._refuse_foreign_protocol()
             return run_agent(self, **options)
         handlers: dict[str, Callable[..., None]] = {
             "init": self.init,
             "status": self.status,
             "admit": self.admit,
             "adduser": self.adduser,
+            "backup": self.backup,
+            "restore": self.restore,
         }
         handlers[subcommand](**options)
 
@@ -157,6 +177,14 @@ class Command(BaseCommand):
             f"workers:   {'in-process' if workers['eager'] else 'broker ' + str(workers['broker'])}"
         )
         self.stdout.write(f"device:    {node['device']}")
+        if chain["available"]:
+            from backend.ledger import access
+            from backend.ledger.versions import check_deployment, deployed_versions
+
+            ledger = access.node_ledger()
+            versions = ", ".join(f"{v.contract} {v.version}" for v in deployed_versions(ledger))
+            problem = check_deployment(ledger)
+            self.stdout.write(f"protocol:  {versions}" + (f"  NOT SPOKEN: {problem}" if problem else ""))
         try:
             peers = overview.peers()
         except Exception as exc:  # peers come from the chain: show why they are missing
@@ -165,6 +193,51 @@ class Command(BaseCommand):
         self.stdout.write(f"peers:     {len(peers)}")
         for peer in peers:
             self.stdout.write(f"  {peer['address'] or '?':42}  {peer['name'] or '-':16}  {peer['endpoint']}")
+
+    def _refuse_foreign_protocol(self) -> None:
+        """Stop before the agent starts when the contracts speak a protocol this node does not."""
+        from backend.ledger import access
+        from backend.ledger.versions import check_deployment
+
+        try:
+            ledger = access.node_ledger()
+            problem = check_deployment(ledger) if ledger is not None else None
+        except Exception:  # no chain or no contracts: the agent's own start says which
+            return
+        if problem:
+            raise CommandError(f"cannot start the agent: {problem}")
+
+    # ------------------------------------------------------------------ backup, restore
+
+    def backup(self, directory: str, with_chunks: bool = False, **_options):
+        from backend.nodes.backup import BackupError, backup
+
+        try:
+            report = backup(Path(directory), with_chunks=with_chunks)
+        except BackupError as exc:
+            raise CommandError(f"backup failed: {exc}") from exc
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"backed up into {report.directory}: {report.files} files, {report.bytes} bytes, "
+                f"{report.chunks} chunks, in {report.seconds:.2f} s (it holds the node's secrets: keep it private)"
+            )
+        )
+
+    def restore(self, directory: str, force: bool = False, no_fetch: bool = False, **_options):
+        from backend.nodes.backup import BackupError, restore
+
+        try:
+            report = restore(Path(directory), force=force, fetch_chunks=not no_fetch)
+        except BackupError as exc:
+            raise CommandError(f"restore failed: {exc}") from exc
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"restored from {directory} in {report.seconds:.2f} s"
+                + (" (migrated to this release's schema)" if report.migrated else "")
+                + f"; chunks missing here {report.chunks_missing}, fetched from peers {report.chunks_fetched}, "
+                f"left to the peers' repairs {report.chunks_unavailable}"
+            )
+        )
 
     # ------------------------------------------------------------------ adduser
 

@@ -69,9 +69,10 @@ class Command(BaseCommand):
             raise CommandError(f"{file}: no such file")
         with _bar() as bar:
             task = bar.add_task("upload", total=path.stat().st_size)
-            ref = factory.node_swarm().put(
-                path, encrypt=encrypt, pin=pin, progress=lambda d: bar.update(task, completed=d)
-            )
+            with path.open("rb") as stream:
+                ref = factory.node_swarm().put(
+                    stream, encrypt=encrypt, pin=pin, progress=lambda d: bar.update(task, completed=d)
+                )
         self.stdout.write(str(ref))
 
     def do_get(self, reference: str, out: str, **_):

@@ -1,0 +1,1 @@
+"""`defl`, the command-line client of a DeFL node (installed by the project's package)."""
