@@ -1,54 +1,74 @@
 """A hostile pair inside a running job: the protocol attacks of issue 14, scripted per role.
 
-Two hostile keys (``HostileMember``: raw transactions, signed peer requests) sit in a job of
-three honest nodes with a committee of 3 and two trainers a round. The rotation is fixed by the
-committee rule once round 1 is drawn: the next committee is the round's ranked trainers (an
-honest one first, the hostile one's junk last), then seat 0 of the current committee; the
-round's trainers are the other two seats. The run needs the drawn round-1 committee to hold
-exactly one hostile key, off seat 0 (``steady``): then every round has one hostile trainer
-and one hostile scorer, and every aggregating committee one hostile member and two honest ones.
+Two hostile keys (``HostileMember``: raw transactions, signed peer requests, a key server as their
+registered endpoint) sit in a job of three honest nodes with a committee of 3 and two trainers a
+round. Every committee is DRAWN by the contract (the first from the participants' committed draw
+secrets, each next one from the round's seed, uniformly over the participants): nobody, the
+attackers included, chooses who sits. So the scripts read their roles from the chain round by
+round, and do what a hostile member in that role can. The run needs the drawn round-1 committee
+to hold exactly one hostile key (``steady``): then round 1 has one hostile trainer and one
+hostile scorer.
 
 Round 1 (``round_one_trainer`` / ``round_one_scorer``):
 - trainer: claims more samples than its registered dataset (SamplesAboveDataset), resubmits
   the honest trainer's reference and content hash (DuplicateContent), then submits that
-  reference with another hash (taken, scored 0 by every honest member: it does not open to
-  its hash);
+  reference with another hash (taken; it serves the honest trainer's key for it, which opens the
+  blob to bytes of another hash: every honest member scores it 0);
 - scorer: reads the others' scores before committing (none can be read), reveals before
   committing (NotCommitted), commits to 10000 for its partner's copy and 0 for the base model,
   reveals before the others committed (RevealNotOpen), reveals other scores than committed
-  (CommitmentMismatch), then reveals what it committed: 1 colluder of 3 against 2 honest;
-- the trainer, now on the aggregating committee, computes the right aggregate before the round
-  finalizes and proposes its hash with an oversized (1 TiB span-bomb) reference the moment the
-  round aggregates (usually before the honest members: a race it may lose, then its pair is a
-  second proposal).
-Round 2: the round-1 trainer sits on the scoring committee and never commits or reveals; the
-round-1 scorer trains (a garbage update) and then sits on the aggregating committee and never
-proposes or confirms.
+  (CommitmentMismatch), then reveals what it committed: 1 colluder of 3 against 2 honest. It
+  reveals LAST: with every other salt on chain it predicts the next committee from the job's
+  random state before its reveal (the last revealer's only choice is to reveal or to withhold,
+  and withholding bans it), and its reveal finalizes the round;
+- the hijack: with the honest nodes cut off from the chain across that finalizing reveal (their
+  RPC endpoint dark for a few seconds: they cannot vote before it), a hostile key the draw seated on round 1's aggregating committee votes for the
+  right model hash (the honest aggregation, recomputed) with an oversized reference (a 1 TiB span
+  bomb): the first vote of the round, so the pair exists on chain; the honest members then vote
+  their own pair.
+Rounds 2 and on: a hostile key the draw seats to score never commits or reveals (a silent seat);
+one seated to aggregate never votes; one that trains submits garbage.
 
 Everything observed goes into ``Report`` for the tests to assert; the scripts never raise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from eth_utils import event_abi_to_log_topic, keccak
 from web3 import Web3
 
-from backend.jobs.config import JobConfig
 from backend.ledger.abi import DecodedEvent, EventDecoder
 from backend.ledger.artifacts import load_artifact
 from backend.ledger.resources import Deployment, JobStatus, RoundPhase
-from fl_node.aggregate import WeightedUpdate, get_strategy
-from fl_node.codec import content_hash, decode_model, decode_update, encode_model, update_spec
+from fl_node.aggregate import WeightedUpdate
+from fl_node.codec import CodecError, content_hash, decode_model, decode_update, encode_model, update_spec
+from fl_node.committee import draw_committee, mix_in, round_seed
+from fl_node.job.aggregation import strategy as job_strategy
+from fl_node.job.config import JobConfig
+from fl_node.robust import (
+    aggregation_clip_norm,
+    defended_aggregate,
+    get_defense,
+    update_norm,
+    vote_roles,
+    vote_signs,
+    within_norm_bound,
+)
 from tests.adversarial.hostile_member import (
+    KEY_PATH,
     HostileMember,
+    KeyServer,
+    NoKey,
     Peer,
     blob_chunks,
     read_blob,
@@ -75,14 +95,6 @@ def raw(value: Any) -> bytes:
     )
 
 
-def proposals_bind_reference() -> bool:
-    """Whether this contract keys a proposal by its model hash AND its reference (a confirmation
-    names both): without it an honest confirmer votes for a right hash with any reference."""
-    abi = load_artifact("FederatedLearning").abi
-    confirm = next(i for i in abi if i["type"] == "function" and i["name"] == "confirmGlobalModel")
-    return any(i["name"] == "modelRef" for i in confirm["inputs"])
-
-
 class ChainLog:
     """FederatedLearning's events of one job, decoded (a small chain: read from block 0)."""
 
@@ -106,20 +118,39 @@ class ChainLog:
             e for e in decoded if e is not None and (round_ is None or int(e.args.get("round", -1)) == round_)
         ]
 
+    def members(self, name: str, round_: int, field: str = "member") -> set[str]:
+        return {e.args[field].lower() for e in self.events(name, round_)}
+
+    def drawn(self) -> list[str]:
+        """The participants that revealed their draw secret: every committee is drawn from them."""
+        return [e.args["node"].lower() for e in self.events("DrawSecretRevealed")]
+
+    def banned(self, through_round: int) -> list[str]:
+        """Members that withheld a reveal of scores they committed to, up to ``through_round``."""
+        return [
+            e.args["member"].lower()
+            for e in self.events("ScoresWithheld")
+            if e.args["round"] <= through_round
+        ]
+
+
+def lower(addresses: Sequence[str]) -> list[str]:
+    return [a.lower() for a in addresses]
+
 
 @dataclass
 class Roles:
-    """Who does what in the run (addresses), from the drawn round-1 committee."""
+    """Who does what in round 1 (addresses), from the drawn round-1 committee."""
 
     committee: list[str]
-    trainer: HostileMember  # round 1's hostile trainer; round 2's silent scorer
-    scorer: HostileMember  # round 1's colluding scorer; round 2's trainer and silent aggregator
+    trainer: HostileMember  # round 1's hostile trainer (the copier)
+    scorer: HostileMember  # round 1's colluding scorer (the last revealer)
 
 
 def steady(committee: Sequence[str], hostile: Sequence[str]) -> bool:
-    """Exactly one hostile key on the committee, and not on seat 0 (see the module's docstring)."""
+    """Exactly one hostile key on the committee: one hostile trainer, one hostile scorer."""
     bad = {h.lower() for h in hostile}
-    return committee[0].lower() not in bad and sum(c.lower() in bad for c in committee) == 1
+    return sum(c.lower() in bad for c in committee) == 1
 
 
 @dataclass
@@ -128,9 +159,16 @@ class Report:
 
     attempts: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    seats: list[dict[str, Any]] = field(default_factory=list)  # (round, kind, member): silent seats
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def note(self, key: str, value: Any) -> None:
-        self.attempts[key] = value
+        with self._lock:
+            self.attempts[key] = value
+
+    def seat(self, round_: int, kind: str, member: str, what: str) -> None:
+        with self._lock:
+            self.seats.append({"round": round_, "kind": kind, "member": member.lower(), "did": what})
 
 
 def attempt(member: HostileMember, contract: str, function: str, **args: Any) -> dict[str, Any]:
@@ -150,36 +188,34 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, period_s
     raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
 
 
+@contextlib.contextmanager
+def dark(proxy: Any) -> Iterator[None]:
+    """The honest nodes cut off from the chain for the block (their RPC endpoint, a TcpProxy,
+    refuses every connection; tests/faults/faultnet.py), back after it whatever happens: for a
+    few seconds they can neither see a block nor send a transaction, as behind a network fault.
+    Their peer API (blobs, and keys already released) keeps answering; the test's own chain
+    calls go to the chain directly."""
+    proxy.go_dark()
+    try:
+        yield
+    finally:
+        proxy.come_back()
+
+
 # ----------------------------------------------------------------------------- the models
 
 
-def aggregate_of(base: bytes, updates: Sequence[tuple[bytes, int, str]], config: JobConfig) -> bytes:
-    """The round's model as an honest member computes it (backend/jobs/driver/aggregator.py):
-    ``updates`` are the accepted ones, (plaintext, samples, content hash), in acceptance order,
-    a content hash counted once."""
-    global_state, server_state = decode_model(base)
-    spec = update_spec(global_state)
-    seen: set[str] = set()
-    weighted = []
-    for blob, samples, chash in updates:
-        if chash in seen:
-            continue
-        seen.add(chash)
-        weighted.append(WeightedUpdate(decode_update(blob, spec), int(samples), chash))
-    if not weighted:
-        return encode_model(global_state, server_state or None)
-    strategy = get_strategy(config.strategy, **config.strategy_params)
-    new_state, new_server = strategy.aggregate(global_state, weighted, server_state or None)
-    return encode_model(new_state, new_server or None)
-
-
 class Models:
-    """The job's models and updates as a participant reads them from the honest nodes, cached."""
+    """The job's models and updates as a participant reads them from the honest nodes, cached, and
+    each round's model as an honest member aggregates it (backend/jobs/driver/aggregator.py), from
+    the chain's events and the blobs alone."""
 
-    def __init__(self, member: HostileMember, peers: Sequence[Peer], log: ChainLog) -> None:
-        self.member, self.peers, self.log = member, peers, log
+    def __init__(
+        self, member: HostileMember, peers: Sequence[Peer], log: ChainLog, known: KeyServer | None = None
+    ) -> None:
+        self.member, self.peers, self.log, self.known = member, peers, log, known
         self._blobs: dict[str, bytes] = {}
-        self._updates: dict[tuple[int, str], bytes] = {}
+        self._updates: dict[tuple[int, str], bytes | None] = {}
         spec = log.events("JobProposed")[0].args["spec"]
         self.initial = (spec["initialModelRef"], hex_of(spec["initialModelHash"]))
         self.config = JobConfig.from_bytes(self.blob(hex_of(spec["configHash"])))
@@ -189,12 +225,26 @@ class Models:
             self._blobs[reference] = read_blob(self.member, self.peers, reference, max_bytes=MAX_MODEL_BYTES)
         return self._blobs[reference]
 
-    def update(self, round_: int, event: DecodedEvent) -> bytes:
+    def update(self, round_: int, event: DecodedEvent) -> bytes | None:
+        """An update's plaintext, or None where no honest node can read it either: no holder gave
+        the key it commits to, or it does not open to its content hash (or is no sealed update)."""
+        from backend.jobs.sealed.envelope import SealError
+        from backend.swarm.errors import SwarmError
+
         key = (round_, event.args["trainer"].lower())
         if key not in self._updates:
-            self._updates[key] = update_plaintext(
-                self.member, self.peers, self.log.job_id, round_, event.args, max_bytes=MAX_MODEL_BYTES
-            )
+            try:
+                self._updates[key] = update_plaintext(
+                    self.member,
+                    self.peers,
+                    self.log.job_id,
+                    round_,
+                    event.args,
+                    max_bytes=MAX_MODEL_BYTES,
+                    known=self.known,
+                )
+            except (SealError, NoKey, SwarmError, ValueError):
+                self._updates[key] = None
         return self._updates[key]
 
     def base(self, round_: int) -> bytes:
@@ -203,33 +253,122 @@ class Models:
             fixed = self.fixed(round_ - 1)
             if fixed is not None:
                 return self.blob(fixed[0])
-            round_ -= 1  # skipped: the model was carried forward
+            round_ -= 1  # skipped (or void): the model was carried forward
         data = self.blob(self.initial[0])
         assert content_hash(data) == self.initial[1].removeprefix("0x")
         return data
 
     def fixed(self, round_: int) -> tuple[str, str] | None:
-        """(reference, hash) of the round's fixed model, its reference the proposed one whose
-        digest GlobalModelFixed names; None when no model was fixed."""
+        """(reference, hash) of the round's fixed model, its reference the voted one whose digest
+        GlobalModelFixed names; None when no model was fixed."""
         fixed = self.log.events("GlobalModelFixed", round_)
         if not fixed:
             return None
         model_hash, digest = hex_of(fixed[0].args["modelHash"]), hex_of(fixed[0].args["referenceDigest"])
-        for proposal in self.log.events("GlobalModelProposed", round_):
-            reference = hex_of(proposal.args["modelRef"])
-            if hex_of(proposal.args["modelHash"]) == model_hash and hex_of(keccak(raw(reference))) == digest:
+        for vote in self.log.events("GlobalModelVoted", round_):
+            reference = hex_of(vote.args["modelRef"])
+            if hex_of(vote.args["modelHash"]) == model_hash and hex_of(keccak(raw(reference))) == digest:
                 return reference, model_hash
-        raise AssertionError(f"round {round_}: no proposal has the fixed hash and reference digest")
+        raise AssertionError(f"round {round_}: no vote has the fixed hash and reference digest")
 
-    def expected(self, round_: int) -> bytes:
-        """The aggregate of the round's accepted updates over its base: what must be fixed."""
-        finalized = self.log.events("RoundFinalized", round_)[0]
-        submitted = {e.args["trainer"].lower(): e for e in self.log.events("UpdateSubmitted", round_)}
-        accepted = [submitted[a.lower()] for a in finalized.args["accepted"]]
-        updates = [
-            (self.update(round_, e), int(e.args["samples"]), hex_of(e.args["contentHash"])) for e in accepted
-        ]
-        return aggregate_of(self.base(round_), updates, self.config)
+    def decoded(self, round_: int, event: DecodedEvent, spec: dict) -> Any:
+        plaintext = self.update(round_, event)
+        if plaintext is None:
+            return None
+        try:
+            return decode_update(plaintext, spec)
+        except CodecError:
+            return None
+
+    def expected(self, round_: int, *, max_share_bp: int | None = None) -> bytes:
+        """The round's model as every honest member computes it: the job's defense
+        (fl_node.robust.defended_aggregate) over the accepted updates, with the clip norm, the sign
+        votes and the backers of the round's readable submissions that some member scored above 0,
+        split by the chain's medians (vote_roles); each update's weight its claimed samples,
+        bounded by the job's max_share_bp (or by ``max_share_bp``: what another cap would give)."""
+        config = self.config
+        finalized = self.log.events("RoundFinalized", round_)[0].args
+        medians = dict(zip(lower(finalized["trainers"]), (int(m) for m in finalized["medians"]), strict=True))
+        submitted = sorted(self.log.events("UpdateSubmitted", round_), key=lambda e: int(e.args["index"]))
+        by_trainer = {e.args["trainer"].lower(): e for e in submitted}
+        scored = {
+            t.lower()
+            for e in self.log.events("ScoresSubmitted", round_)
+            for t, s in zip(e.args["trainers"], e.args["scores"], strict=True)
+            if int(s) > 0
+        }
+        global_state, server_state = decode_model(self.base(round_))
+        spec = update_spec(global_state)
+        defense = get_defense(config.defense).round_defense(
+            top_k=config.top_k,
+            norm_bound=config.norm_bound or None,
+            max_share_bp=config.max_share_bp if max_share_bp is None else max_share_bp,
+        )
+        clip_norm, voters, witnesses, backers = None, [], [], []
+        if defense.needs_votes:
+            first: dict[str, DecodedEvent] = {}
+            for e in submitted:
+                first.setdefault(hex_of(e.args["contentHash"]), e)
+            norms, votes, kept = {}, {}, {}
+            for e in first.values():
+                trainer = e.args["trainer"].lower()
+                if trainer not in scored:
+                    continue
+                update = self.decoded(round_, e, spec)
+                if update is None or not within_norm_bound(update, defense.norm_bound):
+                    continue
+                norms[trainer], votes[trainer], kept[trainer] = (
+                    update_norm(update),
+                    vote_signs(update),
+                    update,
+                )
+            voting, witnessing = vote_roles(
+                list(norms),
+                medians,
+                base_median=int(finalized["baseMedian"]),
+                margin=int(finalized["margin"]),
+            )
+            clip_norm = aggregation_clip_norm([norms[t] for t in voting], [norms[t] for t in witnessing])
+            voters = [votes[t] for t in voting if votes[t] is not None]
+            witnesses = [votes[t] for t in witnessing if votes[t] is not None]
+            # the backed magnitude's median over voters and witnesses alike, as every member takes it
+            # (backend/jobs/driver/aggregator._round_votes, fl_node.simulate._round_votes)
+            backers = [kept[t] for t in (*voting, *witnessing)] if defense.backed_magnitude else []
+        seen: set[str] = set()
+        weighted = []
+        for trainer in lower(finalized["accepted"]):
+            e = by_trainer[trainer]
+            chash = hex_of(e.args["contentHash"])
+            if chash in seen:
+                continue
+            seen.add(chash)
+            update = self.decoded(round_, e, spec)
+            if update is None:
+                raise AssertionError(f"round {round_}: accepted {trainer}'s update cannot be read")
+            weighted.append(WeightedUpdate(update, int(e.args["samples"]), chash.removeprefix("0x")))
+        new_state, new_server = defended_aggregate(
+            job_strategy(config),
+            global_state,
+            weighted,
+            defense=defense,
+            server_state=(server_state or None) if weighted else server_state,
+            clip_norm=clip_norm,
+            voters=voters,
+            witnesses=witnesses,
+            backers=backers,
+        )
+        return encode_model(new_state, new_server or None)
+
+
+def predicted_next_committee(member: HostileMember, log: ChainLog, round_: int, salt: bytes) -> list[str]:
+    """The committee the round's finalization will draw if ``member`` reveals ``salt`` last, read
+    before its reveal: the job's random state (every secret and salt revealed so far, XORed, and
+    the last seed) is public, so the last revealer knows the draw it completes. Its only choice is
+    to reveal or to withhold, and withholding bans it from every later seat."""
+    state = member.job_state(log.job_id)
+    mix = mix_in(raw(state["mix"]), salt, member.address)
+    seed = round_seed(raw(state["seed"]), mix, round_)
+    return draw_committee(seed, log.drawn(), int(state["committeeSize"]), banned=log.banned(round_))
 
 
 # ----------------------------------------------------------------------------- the scripts
@@ -242,31 +381,44 @@ class HostilePair:
         deployment: Deployment,
         peers: Sequence[Peer],
         honest: Sequence[str],
+        proxy: Any,
         job_id: int,
         roles: Roles,
+        keys: KeyServer,
         report: Report,
         *,
-        hijack: bool,
+        rounds: int,
         timeout_s: float,
     ) -> None:
         self.w3, self.peers, self.job_id, self.roles, self.report = w3, peers, job_id, roles, report
         self.honest = {h.lower() for h in honest}
+        self.proxy, self.keys, self.rounds = proxy, keys, rounds
         self.log = ChainLog(w3, deployment, job_id)
-        self.hijack, self.timeout_s = hijack, timeout_s
+        self._models: Models | None = None
+        self._models_lock = threading.Lock()
+        self.timeout_s = timeout_s
         self.bomb_root, self.bomb = span_bomb()
+        self.pair = [roles.trainer, roles.scorer]
 
     def start(self) -> list[threading.Thread]:
         threads = [
-            threading.Thread(target=self._guarded, args=(self.round_one_trainer,), daemon=True),
-            threading.Thread(target=self._guarded, args=(self.round_one_scorer,), daemon=True),
+            threading.Thread(target=self._guarded, args=(self.play, member), daemon=True)
+            for member in self.pair
         ]
         for thread in threads:
             thread.start()
         return threads
 
-    def _guarded(self, script: Callable[[], None]) -> None:
+    def models(self, member: HostileMember) -> Models:
+        """The job's models and updates as the pair reads them (one cache for both scripts)."""
+        with self._models_lock:
+            if self._models is None:
+                self._models = Models(member, self.peers, self.log, self.keys)
+            return self._models
+
+    def _guarded(self, script: Callable[..., None], *args: Any) -> None:
         try:
-            script()
+            script(*args)
         except Exception:
             self.report.errors.append(traceback.format_exc())
 
@@ -281,20 +433,76 @@ class HostilePair:
             return state
         return None
 
-    def _finalized(self, round_: int) -> DecodedEvent:
-        return wait_for(
-            lambda: (self.log.events("RoundFinalized", round_) or [None])[0],
-            self.timeout_s,
-            f"round {round_} finalized",
-        )
+    def _round_opened(self, member: HostileMember, round_: int) -> dict | None:
+        """The job's state once round ``round_`` trains; None if the job went past it (a void round
+        after a skipped aggregation) or ended."""
+
+        def seen():
+            state = self._state(member)
+            if state["status"] != JobStatus.RUNNING:
+                return {"gone": True}
+            current, phase = int(state["round"]), int(state["phase"])
+            if current > round_ or (current == round_ and phase != RoundPhase.TRAINING):
+                return {"gone": True}
+            return state if current == round_ else None
+
+        state = wait_for(seen, self.timeout_s, f"round {round_}")
+        return None if state.get("gone") else state
+
+    def _finalized(self, round_: int) -> DecodedEvent | None:
+        def seen():
+            events = self.log.events("RoundFinalized", round_)
+            if events:
+                return events[0]
+            if self.log.events("JobFailed") or self.log.events("JobCancelled"):
+                return "ended"
+            return None
+
+        event = wait_for(seen, self.timeout_s, f"round {round_} finalized")
+        return None if event == "ended" else event
 
     def _spend(self, state: dict) -> int:
         return 1 if int(state["maxSpendPerRound"]) else 0
 
-    # -- round 1: the trainer, then a hijacking aggregator; round 2: a silent scorer
+    def play(self, me: HostileMember) -> None:
+        """Round 1 by the role the first draw gave ``me``, then every later round by the seat each
+        draw gives it: silent on a committee, garbage as a trainer."""
+        if me is self.roles.trainer:
+            self.round_one_trainer(me)
+        else:
+            self.round_one_scorer(me)
+        for round_ in range(2, self.rounds + 1):
+            state = self._round_opened(me, round_)
+            if state is None:
+                continue
+            committee = lower(self.log.events("RoundOpened", round_)[0].args["committee"])
+            if me.address.lower() in committee:
+                self.report.seat(round_, "score", me.address, "silent: never commits or reveals")
+            else:
+                self.garbage(me, round_, state)
+            finalized = self._finalized(round_)
+            if finalized is not None and me.address.lower() in lower(finalized.args["nextCommittee"]):
+                self.report.seat(round_, "aggregate", me.address, "silent: never votes")
 
-    def round_one_trainer(self) -> None:
-        me, note = self.roles.trainer, self.report.note
+    def garbage(self, me: HostileMember, round_: int, state: dict) -> None:
+        """A trainer of garbage (its real hash: only its content is bad, and it is no sealed update)."""
+        garbage = os.urandom(20_000)
+        root, chunks = blob_chunks(garbage)
+        me.store_everywhere(self.peers, chunks)
+        receipt = me.submit_update(
+            self.job_id,
+            round_,
+            root,
+            SAMPLES,
+            content_hash=bytes.fromhex(content_hash(garbage)),
+            spend=self._spend(state),
+        )
+        self.report.note(f"round{round_}_garbage_{me.address.lower()}", {"status": int(receipt["status"])})
+
+    # -- round 1: the copier (trainer)
+
+    def round_one_trainer(self, me: HostileMember) -> None:
+        note = self.report.note
         state = wait_for(lambda: self._in_round(me, 1, RoundPhase.TRAINING), self.timeout_s, "round 1")
         honest = wait_for(
             lambda: [
@@ -316,55 +524,24 @@ class HostilePair:
             attempt(me, "FederatedLearning", "submitUpdate", **dict(args, contentHash=os.urandom(32))),
         )
         note("copied_from", honest.args["trainer"])
+        # Training is over (both updates are in): the copier asks the honest trainer's key as any
+        # participant may, and serves it for its copy. The key is the one the blob commits to, so
+        # every reader opens the blob, to bytes whose hash is not the copy's: rejected everywhere.
+        key = None
+        asked = json.dumps({"job": self.job_id, "round": 1, "trainer": honest.args["trainer"]}).encode()
+        for peer in self.peers:
+            answer = me.peer_post(peer, KEY_PATH, asked, timeout=30)
+            if answer.status_code == 200:
+                key = bytes.fromhex(answer.json()["key"])
+                break
+        note("copy_key_served", key is not None)
+        if key is not None:
+            self.keys.hold(self.job_id, 1, me.address, key)
 
-        # Training is over (both updates are in): read what an honest aggregator will read, and
-        # compute the aggregate the honest members will accept (the honest update alone) before
-        # the round finalizes, to propose it the moment the round aggregates.
-        models = Models(me, self.peers, self.log)
-        plaintext = models.update(1, honest)
-        predicted = aggregate_of(
-            models.base(1),
-            [(plaintext, int(honest.args["samples"]), hex_of(honest.args["contentHash"]))],
-            models.config,
-        )
-        if self.hijack:
-            wait_for(
-                lambda: self._in_round(me, 1, RoundPhase.AGGREGATING),
-                self.timeout_s,
-                "round 1's aggregation",
-                0.05,
-            )
-        finalized = self._finalized(1)
-        note("round1_next_committee", finalized.args["nextCommittee"])
-        if not self.hijack:
-            note("hijack", {"sent": False, "why": "this contract keys proposals by the model hash alone"})
-        else:
-            data = predicted
-            if [a.lower() for a in finalized.args["accepted"]] != [honest.args["trainer"].lower()]:
-                try:
-                    data = models.expected(1)
-                except Exception as exc:  # an accepted update nobody can read: no model to hijack
-                    note("hijack", {"sent": False, "why": f"no aggregate: {exc!r}"[:300]})
-                    return
-            model_hash = bytes.fromhex(content_hash(data))
-            receipt = me.propose_model(self.job_id, 1, self.bomb_root, model_hash)
-            note(
-                "hijack",
-                {
-                    "sent": True,
-                    "status": int(receipt["status"]),
-                    "block": int(receipt.get("blockNumber") or 0),
-                    "model_hash": hex_of(model_hash),
-                    "reference": hex_of(self.bomb_root),
-                    "honest_reference": hex_of(blob_chunks(data)[0]),
-                },
-            )
-        # Round 2: on the scoring committee, silent; the rest is read from the chain afterwards.
+    # -- round 1: the colluding scorer, the last revealer; then the hijack
 
-    # -- round 1: the colluding scorer; round 2: a trainer of garbage, then a silent aggregator
-
-    def round_one_scorer(self) -> None:
-        me, note = self.roles.scorer, self.report.note
+    def round_one_scorer(self, me: HostileMember) -> None:
+        note = self.report.note
         state = wait_for(
             lambda: (s := self._in_round(me, 1, RoundPhase.TRAINING)) and int(s["updateCount"]) >= 2 and s,
             self.timeout_s,
@@ -398,17 +575,18 @@ class HostilePair:
             me, "FederatedLearning", "revealScores", **me.reveal_args(self.job_id, 1, tailored, base, salt)
         )
         note("reveal_before_all_committed", dict(early, commits_then=committed))
-        state = wait_for(
+        # A job with DP: a reveal of scores needs the member's score release recorded first.
+        if int(state["maxSpendPerRound"]):
+            note("score_spend", {"status": int(me.spend(self.job_id, 1, 1, kind=1)["status"])})
+        # The honest members reveal once every member committed (the last to commit in the same
+        # transaction); this one reveals last, so its reveal finalizes the round.
+        wait_for(
             lambda: (
-                (s := self._state(me))
-                and (
-                    int(s["commitCount"]) >= int(s["committeeSize"])
-                    or time.time() > int(s["scoreDeadline"]) - int(s["scorePeriod"]) // 2 + 1
-                )
-                and s
+                len(self.log.members("ScoresSubmitted", 1) & self.honest) >= 2
+                or time.time() > int(self._state(me)["scoreDeadline"]) - 5
             ),
             self.timeout_s,
-            "every member's commitment (or the commit deadline)",
+            "both honest reveals",
         )
         note(
             "reveal_other_scores",
@@ -419,21 +597,42 @@ class HostilePair:
                 **me.reveal_args(self.job_id, 1, tailored, base, salt),
             ),
         )
-        receipt = me.reveal_scores(self.job_id, 1, scores, base, salt)
-        note("reveal", {"status": int(receipt["status"]), "scores": scores, "base": base})
-
-        # Round 2: a trainer of garbage (its real hash: only its content is bad).
-        state = wait_for(lambda: self._in_round(me, 2, RoundPhase.TRAINING), self.timeout_s, "round 2")
-        garbage = os.urandom(20_000)
-        root, chunks = blob_chunks(garbage)
-        me.store_everywhere(self.peers, chunks)
-        receipt = me.submit_update(
-            self.job_id,
-            2,
-            root,
-            SAMPLES,
-            content_hash=bytes.fromhex(content_hash(garbage)),
-            spend=self._spend(state),
-        )
-        note("round2_garbage", {"status": int(receipt["status"])})
-        # then, on round 2's aggregating committee: silent.
+        predicted = predicted_next_committee(me, self.log, 1, salt)
+        note("predicted_next_committee", predicted)
+        hostile = {m.address.lower(): m for m in self.pair}
+        hijacker = next((hostile[a] for a in predicted if a in hostile), None)
+        # What the hijack's aggregate reads, read now: the honest nodes release no key while they
+        # cannot see the chain (a key goes out once the chain says the training is over).
+        models = self.models(me)
+        models.base(1)
+        for update in self.log.events("UpdateSubmitted", 1):
+            models.update(1, update)
+        with dark(self.proxy):
+            # No honest node can act until the hijack vote is in: it is the round's first vote.
+            receipt = me.reveal_scores(self.job_id, 1, scores, base, salt)
+            note("reveal", {"status": int(receipt["status"]), "scores": scores, "base": base})
+            finalized = self._finalized(1)
+            drawn = lower(finalized.args["nextCommittee"]) if finalized is not None else []
+            note("round1_next_committee", drawn)
+            if hijacker is None or hijacker.address.lower() not in drawn:
+                note("hijack", {"sent": False, "why": "the draw seated no hostile key to aggregate round 1"})
+            else:
+                data = models.expected(1)
+                model_hash = bytes.fromhex(content_hash(data))
+                receipt = hijacker.vote_model(self.job_id, 1, self.bomb_root, model_hash)
+                note(
+                    "hijack",
+                    {
+                        "sent": True,
+                        "by": hijacker.address.lower(),
+                        "status": int(receipt["status"]),
+                        "block": int(receipt.get("blockNumber") or 0),
+                        "model_hash": hex_of(model_hash),
+                        "reference": hex_of(self.bomb_root),
+                        "honest_reference": hex_of(blob_chunks(data)[0]),
+                    },
+                )
+        if finalized is not None:
+            for member in self.pair:
+                if member.address.lower() in drawn and member is not hijacker:
+                    self.report.seat(1, "aggregate", member.address, "silent: never votes")
