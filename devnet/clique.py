@@ -125,7 +125,9 @@ class CliqueValidator:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, bootnodes: Sequence[str] = ()) -> None:
+    def start(self, bootnodes: Sequence[str] = (), *, rejoining: bool = False) -> None:
+        """Start the client; ``rejoining``: its data was wiped while the chain ran on, so it
+        syncs and never seals a block of a chain's first rotation on its own (the shim's doc, 4)."""
         if self.running:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +150,8 @@ class CliqueValidator:
             "CLIQUE_P2P_KEY_FILE": str(p2p_file),
             "NODE_OPTIONS": "--max-old-space-size=1024",
         }
+        if rejoining:
+            env["CLIQUE_REJOINING"] = "1"
         # cwd is the validator's own directory: anything the client writes beside it stays there,
         # never in the checkout.
         self.process = subprocess.Popen(
@@ -208,6 +212,7 @@ class CliqueNetwork:
     funded: Sequence[str] = ()
     seed: str = "defl-validator"
     join_tries: int = 4
+    fork_patience_s: float = 20.0  # apart from the majority this long: a fork, not a lagging import
     log: Callable[[str], None] = print
     validators: list[CliqueValidator] = field(default_factory=list)
 
@@ -248,7 +253,7 @@ class CliqueNetwork:
         for validator in order[1:]:
             self._join(validator, [v.enode for v in started], anchor)
             started.append(validator)
-        self.wait_one_head()
+        self.wait_one_head(heal=True)
         self.log(
             f"chain: {len(self.validators)} Clique validators, block time {self.block_time} s, "
             + ", ".join(v.url for v in self.validators)
@@ -272,24 +277,78 @@ class CliqueNetwork:
         raise CliqueError(f"validator {validator.address} did not join the chain in {self.join_tries} tries")
 
     def wait_one_head(
-        self, timeout_s: float = 120, validators: Sequence[CliqueValidator] | None = None
+        self,
+        timeout_s: float = 120,
+        validators: Sequence[CliqueValidator] | None = None,
+        *,
+        heal: bool = False,
     ) -> int:
         """Wait until the (running) validators hold the same block at a common height, and again
         a full rotation later (each had its turn to seal in between, none forked): they follow one
-        head. Returns that height."""
+        head. Returns that height.
+
+        ``heal`` (the start): a validator that holds another block than a strict majority of them
+        at their common height, for ``fork_patience_s``, sealed a fork of its own, which this
+        client never leaves (a lagging in-turn sealer catching up just as the next in line fills
+        its turn: two blocks of one height). It is stopped, wiped and rejoins from the majority
+        (``_rejoin``), at most ``join_tries`` times in all."""
         members = [v for v in (validators or self.validators) if v.running]
         agreed: list[int] = []
+        apart_since: dict[str, float] = {}
+        heals = [0]
 
         def one_head() -> bool:
             height = min(v.head() for v in members)
-            if len({v.block_hash(height) for v in members}) != 1:
+            held = {v.address: v.block_hash(height) for v in members}
+            if len(set(held.values())) != 1:
+                agreed.clear()
+                if heal:
+                    self._heal_forked(members, held, apart_since, heals)
                 return False
+            apart_since.clear()
             if not agreed:
                 agreed.append(height)
             return height >= agreed[0] + len(self.validators)
 
         self._wait(one_head, "the validators do not follow one head", timeout_s)
         return min(v.head() for v in members)
+
+    def _heal_forked(
+        self,
+        members: Sequence[CliqueValidator],
+        held: dict[str, str | None],
+        apart_since: dict[str, float],
+        heals: list[int],
+    ) -> None:
+        """Rejoin each validator apart from a strict majority's block for ``fork_patience_s``."""
+        counts: dict[str | None, int] = {}
+        for block in held.values():
+            counts[block] = counts.get(block, 0) + 1
+        majority = next((b for b, c in counts.items() if b is not None and 2 * c > len(members)), None)
+        if majority is None:
+            return  # no side to rejoin to: wait (a fresh chain is the caller's remedy)
+        now = time.monotonic()
+        for validator in members:
+            if held[validator.address] == majority:
+                apart_since.pop(validator.address, None)
+                continue
+            since = apart_since.setdefault(validator.address, now)
+            if now - since < self.fork_patience_s:
+                continue
+            if heals[0] >= self.join_tries:
+                return  # they keep forking: the wait runs out and says so
+            heals[0] += 1
+            apart_since.pop(validator.address, None)
+            self._rejoin(validator, [v for v in members if held[v.address] == majority])
+
+    def _rejoin(self, validator: CliqueValidator, sources: Sequence[CliqueValidator]) -> None:
+        """Wipe a forked validator and start it again with ``sources`` as its bootnodes; it seals
+        nothing of its own before it has heard the live chain announced."""
+        self.log(f"validator {validator.address} sealed a fork of its own; wiping it, it rejoins")
+        validator.stop()
+        validator.wipe()
+        validator.start([v.enode for v in sources], rejoining=True)
+        validator.wait_ready()
 
     def restart(self, validator: CliqueValidator) -> None:
         """Start a stopped or killed validator again on its own data, the others as bootnodes."""

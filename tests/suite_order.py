@@ -29,7 +29,7 @@ FILE_SECONDS = {
     "tests/adversarial/test_hostile_production.py": 600,
     # measured alone under load 13: three Clique validators, a 2-round job, one validator killed
     "tests/e2e/test_consortium.py": 694,
-    "tests/devnet/test_clique.py": 280,
+    "tests/devnet/test_clique.py": 360,
 }
 # A file not in FILE_SECONDS: a guess from its marks (its longest), else a second a test.
 MARK_SECONDS = {"e2e": 150.0, "browser": 60.0, "slow": 30.0}

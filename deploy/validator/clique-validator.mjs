@@ -142,9 +142,13 @@ Miner.prototype.queueNextAssembly = async function queueInRotation(timeout) {
   this._nextAssemblyTimeoutId = setTimeout(this.assembleBlock.bind(this), (timeout ?? this.period) + place * this.period);
 };
 
+//    A validator started with CLIQUE_REJOINING=1 (its data wiped after it forked, the chain long
+//    past its first rotation) never starts a chain: at height 0 it would otherwise seal a block 1
+//    of its own before it has synced the live one.
+const rejoining = process.env.CLIQUE_REJOINING === "1";
 async function outOfStep(miner, height) {
   const signers = miner.service.chain.blockchain.consensus.cliqueActiveSigners(height + 1n).length;
-  const startsChain = height < BigInt(signers) && (await rotationPlace(miner, height + 1n)) === 0;
+  const startsChain = !rejoining && height < BigInt(signers) && (await rotationPlace(miner, height + 1n)) === 0;
   if (height === 0n && startsChain) return null;
   if (miner.service.pool.peers.length === 0) return "no peer";
   if ((miner.config.syncTargetHeight ?? 0n) > height || highestAnnounced > height) return "behind its peers";

@@ -454,7 +454,9 @@ def test_every_fixed_model_is_the_honest_aggregation_and_every_node_holds_it(fed
         aggregators = set(lower(log.events("RoundFinalized", number)[0].args["nextCommittee"]))
         assert (number in fixed) == (len(aggregators & honest) >= 2), (number, aggregators, fixed)
     if not fixed:
-        print(json.dumps({"fixed_models": "none: every finalized round's aggregators were both hostile keys"}))
+        print(
+            json.dumps({"fixed_models": "none: every finalized round's aggregators were both hostile keys"})
+        )
     for number, model_hash in fixed.items():
         accepted = lower(log.events("RoundFinalized", number)[0].args["accepted"])
         assert set(accepted) <= honest, (number, accepted)

@@ -18,6 +18,7 @@ from backend.ledger.chains import connect
 from backend.ledger.client import ChainClient
 from backend.ledger.deployment import Ledger, deploy_contracts
 from devnet import clique
+from devnet.anvil import free_port
 from devnet.consortium import dev_account, overlay_of, public_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -111,3 +112,28 @@ def test_five_validators_start_and_follow_one_head(tmp_path):
         _wait(lambda: min(v.head() for v in validators) >= start + 5, "a second rotation", timeout_s=60)
         height = network.wait_one_head()
         assert len({v.block_hash(height) for v in validators}) == 1
+
+
+def test_a_validator_on_a_fork_of_its_own_is_wiped_and_rejoins(tmp_path):
+    """The fork this client never leaves, forced: block 1's in-turn sealer is wiped and started
+    alone on another port (nobody can dial it), seals a block 1 of its own and waits for a peer.
+    The start's one-head wait (heal=True) finds it apart from the majority at their common height,
+    wipes it and has it rejoin from them without sealing a first-rotation block of its own: all
+    three then follow one head, and its block 1 is theirs."""
+    said: list[str] = []
+    with clique.CliqueNetwork(tmp_path, log=said.append, fork_patience_s=6) as network:
+        by_address = {v.address: v for v in network.validators}
+        order = [by_address[a] for a in clique.in_turn_order(list(by_address))]
+        forker, others = order[0], order[1:]
+        forker.stop()
+        forker.wipe()
+        forker.p2p_port = free_port()
+        forker.start()  # no bootnode: alone, the in-turn sealer of block 1 seals one at once
+        forker.wait_ready()
+        _wait(lambda: forker.head() >= 1, "the lone validator's block 1", timeout_s=60)
+        assert forker.block_hash(1) != others[0].block_hash(1)
+        assert not [line for line in said if "rejoins" in line]
+        height = network.wait_one_head(heal=True, timeout_s=180)
+        assert [line for line in said if forker.address in line and "rejoins" in line]
+        assert len({v.block_hash(height) for v in network.validators}) == 1
+        assert forker.block_hash(1) == others[0].block_hash(1)
