@@ -45,13 +45,23 @@ from web3 import Web3
 from backend.ledger.abi import EventDecoder
 from backend.ledger.client import ChainClient
 from backend.ledger.contracts import FederatedLearning
-from backend.ledger.resources import Deployment, JobStatus, RoundPhase
+from backend.ledger.resources import Deployment, RoundPhase
 from fl_node.codec import content_hash, decode_model, encode_update, update_spec
 from fl_node.committee import draw_committee, skip_seed
 from fl_node.job import training
 from tests.adversarial.hostile_chain import increase_time, mine, revert, snapshot
 from tests.adversarial.hostile_member import HostileMember, KeyServer, Peer, blob_chunks, sealed
-from tests.adversarial.protocol_attacks import ChainLog, Models, dark, hex_of, lower, raw, wait_for
+from tests.adversarial.protocol_attacks import (
+    ChainLog,
+    Models,
+    dark,
+    hex_of,
+    lower,
+    raw,
+    wait_for,
+    wait_round_finalized,
+    wait_round_opened,
+)
 
 ACCOMPLICE_SCORE = 10_000
 GRIND_BLOCKS = (0, 1, 7, 29)  # blocks mined before each attempt (12 s apart): other numbers and times
@@ -205,32 +215,11 @@ class Player:
             return self._models
 
     def opened(self, me: HostileMember, round_: int) -> dict | None:
-        """The job's state once round ``round_`` trains; None when the job went past it or ended."""
-
-        def seen():
-            state = me.job_state(self.job_id)
-            if state["status"] in (JobStatus.OPEN, JobStatus.DRAWING):
-                return None  # not started, or its first committee not drawn yet
-            if state["status"] != JobStatus.RUNNING:
-                return {"gone": True}
-            current, phase = int(state["round"]), int(state["phase"])
-            if current > round_ or (current == round_ and phase != RoundPhase.TRAINING):
-                return {"gone": True}
-            return state if current == round_ else None
-
-        state = wait_for(seen, self.timeout_s, f"round {round_}")
-        return None if state.get("gone") else state
+        return wait_round_opened(me, self.job_id, round_, self.timeout_s)
 
     def finalized(self, round_: int) -> dict | None:
-        def seen():
-            events = self.chain.events("RoundFinalized", round_)
-            if events:
-                return dict(events[0].args)
-            ended = self.chain.events("JobFailed") or self.chain.events("JobCancelled")
-            return {"ended": True} if ended else None
-
-        event = wait_for(seen, self.timeout_s, f"round {round_} finalized")
-        return None if event.get("ended") else event
+        event = wait_round_finalized(self.chain, round_, self.timeout_s)
+        return None if event is None else dict(event.args)
 
     def committee(self, round_: int) -> list[str]:
         return lower(self.chain.events("RoundOpened", round_)[0].args["committee"])

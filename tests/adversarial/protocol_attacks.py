@@ -360,6 +360,41 @@ class Models:
         return encode_model(new_state, new_server or None)
 
 
+def wait_round_opened(member: HostileMember, job_id: int, round_: int, timeout_s: float) -> dict | None:
+    """The job's state once round ``round_`` trains, read with ``member``'s key; None when the job
+    went past it (a void round after a skipped aggregation) or ended. A job not started yet, or
+    whose first committee is not drawn yet, is waited for."""
+
+    def seen():
+        state = member.job_state(job_id)
+        if state["status"] in (JobStatus.OPEN, JobStatus.DRAWING):
+            return None
+        if state["status"] != JobStatus.RUNNING:
+            return {"gone": True}
+        current, phase = int(state["round"]), int(state["phase"])
+        if current > round_ or (current == round_ and phase != RoundPhase.TRAINING):
+            return {"gone": True}
+        return state if current == round_ else None
+
+    state = wait_for(seen, timeout_s, f"round {round_}")
+    return None if state.get("gone") else state
+
+
+def wait_round_finalized(log: ChainLog, round_: int, timeout_s: float) -> DecodedEvent | None:
+    """Round ``round_``'s RoundFinalized event; None when the job failed or was cancelled first."""
+
+    def seen():
+        events = log.events("RoundFinalized", round_)
+        if events:
+            return events[0]
+        if log.events("JobFailed") or log.events("JobCancelled"):
+            return "ended"
+        return None
+
+    event = wait_for(seen, timeout_s, f"round {round_} finalized")
+    return None if event == "ended" else event
+
+
 def predicted_next_committee(member: HostileMember, log: ChainLog, round_: int, salt: bytes) -> list[str]:
     """The committee the round's finalization will draw if ``member`` reveals ``salt`` last, read
     before its reveal: the job's random state (every secret and salt revealed so far, XORed, and
@@ -434,32 +469,10 @@ class HostilePair:
         return None
 
     def _round_opened(self, member: HostileMember, round_: int) -> dict | None:
-        """The job's state once round ``round_`` trains; None if the job went past it (a void round
-        after a skipped aggregation) or ended."""
-
-        def seen():
-            state = self._state(member)
-            if state["status"] != JobStatus.RUNNING:
-                return {"gone": True}
-            current, phase = int(state["round"]), int(state["phase"])
-            if current > round_ or (current == round_ and phase != RoundPhase.TRAINING):
-                return {"gone": True}
-            return state if current == round_ else None
-
-        state = wait_for(seen, self.timeout_s, f"round {round_}")
-        return None if state.get("gone") else state
+        return wait_round_opened(member, self.job_id, round_, self.timeout_s)
 
     def _finalized(self, round_: int) -> DecodedEvent | None:
-        def seen():
-            events = self.log.events("RoundFinalized", round_)
-            if events:
-                return events[0]
-            if self.log.events("JobFailed") or self.log.events("JobCancelled"):
-                return "ended"
-            return None
-
-        event = wait_for(seen, self.timeout_s, f"round {round_} finalized")
-        return None if event == "ended" else event
+        return wait_round_finalized(self.log, round_, self.timeout_s)
 
     def _spend(self, state: dict) -> int:
         return 1 if int(state["maxSpendPerRound"]) else 0

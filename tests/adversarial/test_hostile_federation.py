@@ -36,7 +36,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pytest
 import requests
 from eth_account import Account
@@ -62,6 +61,7 @@ from tests.adversarial.hostile_member import (
     lying_span,
     span_bomb,
 )
+from tests.jobs.jobs_helpers import digits_parts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -300,16 +300,6 @@ def outsider(w3, deployment):
     return party
 
 
-def _digits_parts(parts: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = bunch.target.astype(np.int64)
-    order = np.random.default_rng(0).permutation(len(y))
-    return [(x[idx], y[idx]) for idx in np.array_split(order, parts)]
-
-
 def _emit_refused_events(w3, deployment, outsider) -> list[str]:
     """Before the job: events today's contracts refuse, emitted at the contracts' addresses in
     real blocks (``emit_as`` swaps a contract's code for one transaction, so this runs while no
@@ -449,7 +439,7 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
         federation.upload_dataset(
             node, x, y, name=f"{node.spec.name}-digits", classes=range(10), epsilon_cap=30.0
         )
-        for node, (x, y) in zip(honest, _digits_parts(len(honest)), strict=True)
+        for node, (x, y) in zip(honest, digits_parts(len(honest), seed=0), strict=True)
     ]
     payload = {
         "name": "attacked",

@@ -43,7 +43,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from math import comb
 
-import numpy as np
 import pytest
 from eth_account import Account
 from web3 import HTTPProvider, Web3
@@ -62,6 +61,7 @@ from tests.adversarial.hostile_member import HostileMember, KeyServer, Peer
 from tests.adversarial.production_attacks import GRIND_BLOCKS, Coalition, Intruders, Log
 from tests.adversarial.protocol_attacks import ChainLog, Models, hex_of, lower, raw, wait_for
 from tests.faults.faultnet import ProxiedFederation
+from tests.jobs.jobs_helpers import digits_parts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -77,16 +77,6 @@ INFLATED = 10**12  # DataRegistry.MAX_SAMPLES: the most a registrant may declare
 MAX_PROPOSALS = 12  # draws jobs proposed until round 1 seats two colluders (p = 0.5 a proposal)
 RUN_TIMEOUT_S = 1500
 CAP_EPSILON = 90.0
-
-
-def _digits_parts(parts: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = bunch.target.astype(np.int64)
-    order = np.random.default_rng(3).permutation(len(y))
-    return [(x[idx], y[idx]) for idx in np.array_split(order, parts)]
 
 
 def _payload(dataset_id: int, name: str, top_k: int) -> dict:
@@ -170,7 +160,7 @@ def consortium(federation, keys):
         assert all(registry.is_member(m.address) for m in hostile.values()), (
             "the hostile keys were not admitted"
         )
-        datasets = list(pool.map(upload, honest, _digits_parts(len(honest))))
+        datasets = list(pool.map(upload, honest, digits_parts(len(honest), seed=3)))
     samples = {"mallory": INFLATED, "trudy": INFLATED, "victor": 200}
     schema = datasets[0]["schema_hash"]  # the honest data's: a job of it counts these members in
     own = {

@@ -36,7 +36,6 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 from eth_account import Account
 from eth_utils import keccak
@@ -64,6 +63,7 @@ from tests.adversarial.protocol_attacks import (
     steady,
 )
 from tests.faults.faultnet import ProxiedFederation
+from tests.jobs.jobs_helpers import digits_parts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -82,16 +82,6 @@ TIMINGS: dict[str, object] = {}  # seconds of each phase, printed with the run's
 MAX_DRAWS = 20  # jobs started until the drawn committee holds exactly one hostile key (p = 0.6 a
 # draw: all 20 miss with p = 0.4**20 < 1e-7); a later draw costs ~5-30 s (the nodes are prepared)
 RUN_TIMEOUT_S = 1200
-
-
-def _digits_parts(parts: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = bunch.target.astype(np.int64)
-    order = np.random.default_rng(1).permutation(len(y))
-    return [(x[idx], y[idx]) for idx in np.array_split(order, parts)]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +167,7 @@ def run(federation, keys):
             if all(registry.is_member(member.address) for member in pair):
                 break
         assert all(registry.is_member(member.address) for member in pair), "the hostile pair was not admitted"
-        datasets = list(pool.map(upload, honest, _digits_parts(len(honest))))
+        datasets = list(pool.map(upload, honest, digits_parts(len(honest), seed=1)))
     schema = datasets[0]["schema_hash"]  # the honest data's: a job of it counts these members in
     hostile_datasets = [member.register_dataset(SAMPLES, 90_000_000, schema_hash=schema) for member in pair]
     bomb_root, bomb = span_bomb()
