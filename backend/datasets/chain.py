@@ -21,6 +21,8 @@ __all__ = [
     "register_dataset",
     "grant",
     "revoke",
+    "rotate_key",
+    "grant_cap",
     "is_granted",
     "carried_over",
     "spend_privacy",
@@ -91,6 +93,17 @@ def grant(onchain_id: str, grantee: str, wrapped_key: bytes, epsilon_cap: float)
         raise InvalidInput(f"a grant's epsilon cap must be in (0, {MAX_EPSILON_CAP:g}]", field="epsilon_cap")
     micro = round(epsilon_cap * MICRO_EPSILON)
     return ledger_access.require_ledger().data.grant(int(onchain_id), grantee, wrapped_key, micro).tx_hash
+
+
+def grant_cap(onchain_id: str, grantee: str) -> float:
+    """The epsilon cap the chain holds for ``grantee``'s grant (what re-granting must keep)."""
+    cap = ledger_access.require_ledger().data.get_grant(int(onchain_id), grantee).cap
+    return cap / MICRO_EPSILON
+
+
+def rotate_key(onchain_id: str, swarm_root: bytes) -> str:
+    """DataRegistry.rotateKey: the root of the dataset re-encrypted under a fresh key."""
+    return ledger_access.require_ledger().data.rotate_key(int(onchain_id), swarm_root).tx_hash
 
 
 def is_granted(onchain_id: str, grantee: str) -> bool:

@@ -29,6 +29,7 @@ from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deser
 from backend.datasets.models import Dataset, Grant
 from backend.identity.key import node_account
 from backend.ledger.errors import ContractRevert
+from backend.swarm.errors import SwarmError
 
 logger = logging.getLogger(__name__)
 # A record can be 2 bytes of npz, so the upload size alone would let tens of millions of record
@@ -231,10 +232,77 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
         tx_hash = chain.revoke(dataset.onchain_id, grantee)
     except chain.LedgerMissing as exc:
         raise ServiceUnavailable(str(exc)) from exc
-    grant.revoked = timezone.now()
-    grant.revoke_tx_hash = tx_hash
-    grant.save(update_fields=["revoked", "revoke_tx_hash"])
+    with transaction.atomic():
+        grant.revoked = timezone.now()
+        grant.revoke_tx_hash = tx_hash
+        grant.save(update_fields=["revoked", "revoke_tx_hash"])
+        Dataset.objects.filter(pk=dataset.pk).update(key_rotation_due=True)
+    # Rotated at once where the chain and the store answer; otherwise the agent tries again each
+    # tick (rotate_due_keys): the revocation on chain is what stops the grantee's spends.
+    dataset.refresh_from_db()
+    try:
+        rotate_data_key(dataset)
+    except (chain.LedgerMissing, ContractRevert, SwarmError, OSError) as exc:
+        logger.warning("dataset %s: the data key is not rotated yet (%s); the agent retries", dataset.pk, exc)
     return grant
+
+
+def rotate_data_key(dataset: Dataset) -> str | None:
+    """Re-encrypt ``dataset`` under a fresh data key after a revocation, as far as it got before:
+    the same canonical bytes stored again (every chunk under a fresh random key,
+    backend.swarm.crypto) and made the dataset's reference, the reference it replaced kept as
+    ``retired_reference``; every live grant wrapped again for the new reference on chain, with the
+    cap the chain holds for it; the new root recorded (``rotateKey``); then the retired blob
+    unpinned. Each step may be sent again (a grant again re-wraps; rotateKey sets the same root),
+    so a rotation cut short resumes where it stopped. Returns the rotateKey transaction hash, None
+    when no rotation is due.
+
+    What it gives: a revoked grantee's wrapped key opens only the retired blob, which this node no
+    longer keeps; other members' copies of those chunks go only when their collectors drop them
+    (docs/PRIVACY.md, "What a revocation ends"), and what the grantee read before it stays read."""
+    if not dataset.key_rotation_due:
+        return None
+    _require_registered(dataset)
+    if not dataset.retired_reference:
+        fresh = storage.store_encrypted(
+            storage.fetch(dataset.encrypted_reference, max_bytes=dataset.size_bytes)
+        )
+        Dataset.objects.filter(pk=dataset.pk).update(
+            retired_reference=dataset.encrypted_reference, encrypted_reference=fresh
+        )
+        dataset.refresh_from_db()
+    for grant in dataset.grants.filter(revoked__isnull=True):
+        public_key = chain.node_public_key(grant.grantee)
+        if public_key is None:  # it left the registry: the chain refuses a grant to a non-member
+            logger.warning(
+                "dataset %s: %s is no member now; its grant is not re-wrapped", dataset.pk, grant.grantee
+            )
+            continue
+        wrapped = keys.wrap_key(public_key, dataset.encrypted_reference)
+        grant.tx_hash = chain.grant(
+            dataset.onchain_id, grant.grantee, wrapped, chain.grant_cap(dataset.onchain_id, grant.grantee)
+        )
+        grant.wrapped_key = wrapped.hex()
+        grant.save(update_fields=["wrapped_key", "tx_hash"])
+    tx_hash = chain.rotate_key(dataset.onchain_id, storage.root_address(dataset.encrypted_reference))
+    storage.discard(dataset.retired_reference)
+    Dataset.objects.filter(pk=dataset.pk).update(key_rotation_due=False, retired_reference="")
+    dataset.refresh_from_db()
+    logger.info("dataset %s: data key rotated (%s)", dataset.pk, tx_hash)
+    return tx_hash
+
+
+def rotate_due_keys() -> int:
+    """Every rotation a revocation left due (the chain or the store did not answer then), tried
+    once more; returns how many were done. Run by the agent each tick."""
+    done = 0
+    for dataset in Dataset.objects.filter(key_rotation_due=True).exclude(onchain_id=""):
+        try:
+            rotate_data_key(dataset)
+            done += 1
+        except (chain.LedgerMissing, ContractRevert, SwarmError, OSError) as exc:
+            logger.warning("dataset %s: the data key is not rotated yet (%s)", dataset.pk, exc)
+    return done
 
 
 def regrant_carried() -> int | None:

@@ -141,6 +141,27 @@ def on_chain(consortium, monkeypatch):
     return consortium
 
 
+@pytest.fixture(scope="module")
+def three_members():
+    """This node and two grantees, all admitted (a revocation among several grantees)."""
+    from devnet.consortium import bootstrap_consortium, dev_account
+
+    ledger = _deployed_ledger()
+    grantees = [dev_account(i, seed="defl-backend-rotation") for i in (1, 2)]
+    others = [ledger_for(ledger, account) for account in grantees]
+    bootstrap_consortium([ledger, *others], [f"http://127.0.0.1:{8000 + i}" for i in range(3)])
+    return {"ledger": ledger, "grantees": grantees}
+
+
+@pytest.fixture
+def on_three(three_members, monkeypatch):
+    """Route this node's ledger access to the three members' in-process chain."""
+    from backend.ledger import access as ledger_access
+
+    monkeypatch.setattr(ledger_access, "node_ledger", lambda: three_members["ledger"])
+    return three_members
+
+
 @pytest.fixture
 def empty_chain(monkeypatch):
     """Contracts deployed, nobody registered yet (for ``node init``)."""

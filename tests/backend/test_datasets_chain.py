@@ -108,3 +108,85 @@ def test_ledger_revert_becomes_409_and_undoes_the_upload(provider, on_chain, mon
     assert response.status_code == 409
     assert "NotMember" in response.json()["detail"]
     assert Dataset.objects.count() == 0
+
+
+def _pins(reference: str) -> int:
+    from backend.swarm import factory
+
+    return factory.node_swarm().store.pins(bytes.fromhex(reference[:64]))
+
+
+def _grant_both(provider, dataset: dict, grantees) -> str:
+    url = f"/api/datasets/{dataset['id']}/grants"
+    for grantee in grantees:
+        response = provider.post(url, {"node": grantee.address}, format="json")
+        assert response.status_code == 201, response.content
+    return url
+
+
+def test_a_revocation_rotates_the_data_key(provider, on_three):
+    """Revoking one of two grantees re-encrypts the dataset under a fresh key: the chain records
+    the new root, the remaining grantee's grant is wrapped again for the new reference with its
+    cap unchanged and opens the dataset, and the revoked grantee's key opens only the retired
+    reference, which this node no longer pins."""
+    kept, revoked = on_three["grantees"]
+    data = on_three["ledger"].data
+    dataset = _upload(provider, seed=16)
+    onchain = int(dataset["onchain_id"])
+    url = _grant_both(provider, dataset, (kept, revoked))
+    row = Dataset.objects.get()
+    old_reference = row.encrypted_reference
+    revoked_key = bytes.fromhex(row.grants.get(grantee=revoked.address).wrapped_key)
+    cap_before = data.get_grant(onchain, kept.address).cap
+
+    response = provider.delete(f"{url}/{revoked.address}")
+    assert response.status_code == 200, response.content
+
+    row.refresh_from_db()
+    new_reference = row.encrypted_reference
+    assert new_reference != old_reference and not row.key_rotation_due and not row.retired_reference
+    assert bytes(data.get_dataset(onchain).swarm_ref).hex() == new_reference[:64]
+    kept_grant = data.get_grant(onchain, kept.address)
+    assert kept_grant.active and kept_grant.cap == cap_before
+    assert not data.get_grant(onchain, revoked.address).active
+    assert (
+        unwrap_key(kept.key, bytes.fromhex(row.grants.get(grantee=kept.address).wrapped_key)) == new_reference
+    )
+    assert unwrap_key(revoked.key, revoked_key) == old_reference
+    assert _pins(old_reference) == 0 and _pins(new_reference) > 0
+    x, _ = services.load_dataset_arrays(row)  # the owner reads the re-encrypted blob, checked
+    assert x.shape == (12, 1, 4, 4)
+
+
+def test_a_rotation_cut_short_resumes_where_it_stopped(provider, on_three, monkeypatch):
+    """The chain refuses rotateKey once: the revocation stands (200), the rotation stays due with
+    the new blob stored and the old one still pinned (the remaining grantee reads either); the
+    agent's next try finishes it, storing nothing again."""
+    from backend.datasets import chain
+    from backend.ledger.errors import ContractRevert
+
+    kept, revoked = on_three["grantees"]
+    dataset = _upload(provider, seed=17)
+    url = _grant_both(provider, dataset, (kept, revoked))
+    old_reference = Dataset.objects.get().encrypted_reference
+    rotate = chain.rotate_key
+
+    def refused(*_args):
+        raise ContractRevert("NotOwner(…)")
+
+    monkeypatch.setattr(chain, "rotate_key", refused)
+    assert provider.delete(f"{url}/{revoked.address}").status_code == 200
+    row = Dataset.objects.get()
+    assert row.key_rotation_due and row.retired_reference == old_reference
+    stored = row.encrypted_reference
+    assert stored != old_reference and _pins(old_reference) > 0
+
+    monkeypatch.setattr(chain, "rotate_key", rotate)
+    assert services.rotate_due_keys() == 1
+    row.refresh_from_db()
+    assert not row.key_rotation_due and not row.retired_reference and row.encrypted_reference == stored
+    assert _pins(old_reference) == 0
+    assert (
+        bytes(on_three["ledger"].data.get_dataset(int(dataset["onchain_id"])).swarm_ref).hex() == stored[:64]
+    )
+    assert services.rotate_due_keys() == 0

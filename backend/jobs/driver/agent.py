@@ -88,6 +88,7 @@ def tick(
         # spends the chain holds and this node's database lost (a restore from an older backup)
         reconcile.reconcile_releases(ctx)
         regrant_after_upgrade(ctx)
+        services.rotate_due_keys()  # a revocation whose data key rotation did not finish
         warmup.warm_jobs(ctx)
     offered = []
     now = chain.chain_time(ctx, head.timestamp if head else None)
