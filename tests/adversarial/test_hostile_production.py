@@ -496,6 +496,7 @@ def weights(federation, keys, consortium, draws):
         "models": Models(members[0], c["peers"], chain, keys),
         "keys": keys,
         "victor": victor.address.lower(),
+        "victor_key": bytes(victor.account.key),
         "granted": onchain,
         "data": data,
         "honest": {n.address.lower() for n in honest},
@@ -616,6 +617,33 @@ def test_a_revoked_grant_stops_the_grantees_releases(weights):
     grant = weights["data"].get_grant(dataset, victor)
     assert not grant.active and grant.spent == sum(int(e.args["amount"]) for e in spends), grant
     assert weights["job"]["status"] == "finished"
+
+
+def test_the_revocation_rotated_the_data_key(weights):
+    """The provider's node rotated the dataset's key on the revocation: one DatasetKeyRotated,
+    after the revocation, to the root the chain now holds; Victor's wrapped key (read from its
+    AccessGranted event and opened with its own key) names the retired root, not that one."""
+    from backend.datasets.keys import unwrap_key
+
+    chain, victor, dataset = weights["chain"], weights["victor"], weights["granted"]
+    w3 = chain.w3
+    revoked_block = int(
+        w3.eth.get_transaction_receipt(weights["log"].seen["revocation"]["revoke_tx_hash"])["blockNumber"]
+    )
+    rotations = [
+        e for e in _data_events(w3, weights, "DatasetKeyRotated") if int(e.args["datasetId"]) == dataset
+    ]
+    assert len(rotations) == 1 and rotations[0].block_number >= revoked_block, rotations
+    new_root = hex_of(rotations[0].args["swarmRef"]).removeprefix("0x")
+    assert hex_of(weights["data"].get_dataset(dataset).swarm_ref).removeprefix("0x") == new_root
+    granted = [
+        e
+        for e in _data_events(w3, weights, "AccessGranted")
+        if int(e.args["datasetId"]) == dataset and e.args["grantee"].lower() == victor
+    ]
+    assert granted, "no grant to Victor on chain"
+    old_reference = unwrap_key(weights["victor_key"], raw(granted[-1].args["wrappedKey"]))
+    assert old_reference[:64] != new_root
 
 
 def _data_events(w3, weights, name: str) -> list:
