@@ -52,6 +52,21 @@ def defl(workdir: Path, *args: str, stdin: str = "") -> subprocess.CompletedProc
     )
 
 
+def login_as_operator(workdir: Path, url: str, password: str, *extra: str) -> subprocess.CompletedProcess:
+    """``defl login`` as the federation's operator, the password on stdin."""
+    return defl(
+        workdir,
+        "login",
+        "--url",
+        url,
+        "--username",
+        OPERATOR,
+        "--password-stdin",
+        *extra,
+        stdin=password + "\n",
+    )
+
+
 def defl_json(workdir: Path, *args: str):
     done = defl(workdir, "--json", *args)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
@@ -97,16 +112,7 @@ def _job(name: str, dataset: int) -> dict:
 
 def test_the_client_runs_a_job_and_the_metrics_follow_it(federation, workdir):
     a, b, c = federation.nodes
-    login = defl(
-        workdir,
-        "login",
-        "--url",
-        a.url,
-        "--username",
-        OPERATOR,
-        "--password-stdin",
-        stdin=federation.password + "\n",
-    )
+    login = login_as_operator(workdir, a.url, federation.password)
     assert login.returncode == 0, login.stderr
     status = defl_json(workdir, "node", "status")
     assert status["node"]["address"] == a.address and status["readiness"]["status"] == "ready", status
@@ -218,16 +224,7 @@ def test_the_client_runs_a_job_and_the_metrics_follow_it(federation, workdir):
 
 def test_refusals_are_one_sentence_and_an_exit_code(federation, workdir):
     a = federation.nodes[0]
-    login = defl(
-        workdir,
-        "login",
-        "--url",
-        a.url,
-        "--username",
-        OPERATOR,
-        "--password-stdin",
-        stdin=federation.password + "\n",
-    )
+    login = login_as_operator(workdir, a.url, federation.password)
     assert login.returncode == 0, login.stderr
     missing = defl(workdir, "jobs", "show", "999999")
     assert missing.returncode == 1 and missing.stderr.startswith("defl: ") and missing.stderr.count("\n") == 1
@@ -243,18 +240,7 @@ def test_refusals_are_one_sentence_and_an_exit_code(federation, workdir):
     assert not_json.returncode == 2 and json.loads(not_json.stdout)["exit_code"] == 2
     nobody = defl(workdir, "--url", "http://127.0.0.1:1", "node", "status")
     assert nobody.returncode == 4 and "cannot reach the node" in nobody.stderr
-    script = defl(
-        workdir,
-        "login",
-        "--url",
-        a.url,
-        "--username",
-        OPERATOR,
-        "--password-stdin",
-        "--script",
-        "ci",
-        stdin=federation.password + "\n",
-    )
+    script = login_as_operator(workdir, a.url, federation.password, "--script", "ci")
     assert script.returncode == 0, script.stderr
     tokens = requests.get(
         f"{a.url}/api/tokens", headers={"Authorization": f"Token {a.token}"}, timeout=30

@@ -246,21 +246,19 @@ def test_relative_scores_keep_a_free_rider_out_even_with_one_colluder_seated():
     assert rider.median == BASE_SCORE and not rider.accepted
 
 
+# seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains a backdoor and
+# scales it to the norm bound; the colluders accept it alone.
+CAPTURED_BOOSTED_BACKDOOR = dict(
+    attack="backdoor:0.49", nodes=6, committee_size=3, top_k=3, collude=True, rounds=1, seed=1, norm_bound=4.0
+)
+
+
 def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_down():
     # seed 1: attackers 0 and 1 hold two of the three first seats, attacker 5 trains a backdoor and
     # scales it to the norm bound. The colluders accept it alone; honest aggregation clips it to the
     # median norm of the three submissions, and the sign vote over them drops what the honest
     # trainers do not back.
-    common = dict(
-        attack="backdoor:0.49",
-        nodes=6,
-        committee_size=3,
-        top_k=3,
-        collude=True,
-        rounds=1,
-        seed=1,
-        norm_bound=4.0,
-    )
+    common = CAPTURED_BOOSTED_BACKDOOR
     plain = _run(**common, adaptive_attack=True)
     clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
     voted = _run(**common, adaptive_attack=True, clip_to_median=True, sign_vote="zero")
@@ -281,16 +279,7 @@ def test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_d
 def test_a_round_that_accepts_fewer_than_top_k_applies_only_the_share_the_committee_scored():
     # The captured committee of the test above carries the boosted backdoor alone (1 of top_k 3):
     # clipped, it would move the model by the median norm; with the verified step by a third of that.
-    common = dict(
-        attack="backdoor:0.49",
-        nodes=6,
-        committee_size=3,
-        top_k=3,
-        collude=True,
-        rounds=1,
-        seed=1,
-        norm_bound=4.0,
-    )
+    common = CAPTURED_BOOSTED_BACKDOOR
     clipped = _run(**common, adaptive_attack=True, clip_to_median=True)
     verified = _run(**common, adaptive_attack=True, clip_to_median=True, verified_step=True)
     for result in (clipped, verified):
@@ -675,16 +664,7 @@ def test_a_captured_committee_carries_less_of_a_boosted_backdoor_with_the_backed
     # The captured round of test_a_boosted_update_carried_by_a_captured_committee_is_clipped_and_voted_down:
     # the colluders accept the boosted backdoor alone; with the backed magnitude the applied step is also
     # bounded by the coordinate median of the round's three submissions (two of them honest).
-    common = dict(
-        attack="backdoor:0.49",
-        nodes=6,
-        committee_size=3,
-        top_k=3,
-        collude=True,
-        rounds=1,
-        seed=1,
-        norm_bound=4.0,
-    )
+    common = CAPTURED_BOOSTED_BACKDOOR
     knobs = dict(adaptive_attack=True, clip_to_median=True, sign_vote="zero")
     voted = _run(**common, **knobs)
     backed = _run(**common, **knobs, backed_magnitude=True)
