@@ -240,11 +240,22 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
     # Rotated at once where the chain and the store answer; otherwise the agent tries again each
     # tick (rotate_due_keys): the revocation on chain is what stops the grantee's spends.
     dataset.refresh_from_db()
+    _try_rotation(dataset)
+    return grant
+
+
+def _try_rotation(dataset: Dataset) -> bool:
+    """One try at a due rotation; False when it did not finish. Whatever stopped it (the chain, the
+    store, anything else) is logged, never raised: the revocation it follows is done, and the
+    agent's loop that retries it must go on."""
     try:
         rotate_data_key(dataset)
+        return True
     except (chain.LedgerMissing, ContractRevert, SwarmError, OSError) as exc:
         logger.warning("dataset %s: the data key is not rotated yet (%s); the agent retries", dataset.pk, exc)
-    return grant
+    except Exception:  # noqa: BLE001 - see the docstring
+        logger.exception("dataset %s: rotating the data key failed; the agent retries", dataset.pk)
+    return False
 
 
 def rotate_data_key(dataset: Dataset) -> str | None:
@@ -278,7 +289,11 @@ def rotate_data_key(dataset: Dataset) -> str | None:
                 "dataset %s: %s is no member now; its grant is not re-wrapped", dataset.pk, grant.grantee
             )
             continue
-        wrapped = keys.wrap_key(public_key, dataset.encrypted_reference)
+        try:
+            wrapped = keys.wrap_key(public_key, dataset.encrypted_reference)
+        except InvalidInput as exc:  # its registered key is no curve point: nothing to wrap for
+            logger.warning("dataset %s: %s's grant is not re-wrapped: %s", dataset.pk, grant.grantee, exc)
+            continue
         grant.tx_hash = chain.grant(
             dataset.onchain_id, grant.grantee, wrapped, chain.grant_cap(dataset.onchain_id, grant.grantee)
         )
@@ -295,14 +310,8 @@ def rotate_data_key(dataset: Dataset) -> str | None:
 def rotate_due_keys() -> int:
     """Every rotation a revocation left due (the chain or the store did not answer then), tried
     once more; returns how many were done. Run by the agent each tick."""
-    done = 0
-    for dataset in Dataset.objects.filter(key_rotation_due=True).exclude(onchain_id=""):
-        try:
-            rotate_data_key(dataset)
-            done += 1
-        except (chain.LedgerMissing, ContractRevert, SwarmError, OSError) as exc:
-            logger.warning("dataset %s: the data key is not rotated yet (%s)", dataset.pk, exc)
-    return done
+    due = Dataset.objects.filter(key_rotation_due=True).exclude(onchain_id="")
+    return sum(_try_rotation(dataset) for dataset in due)
 
 
 def regrant_carried() -> int | None:

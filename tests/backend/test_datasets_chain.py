@@ -158,21 +158,22 @@ def test_a_revocation_rotates_the_data_key(provider, on_three):
     assert x.shape == (12, 1, 4, 4)
 
 
-def test_a_rotation_cut_short_resumes_where_it_stopped(provider, on_three, monkeypatch):
-    """The chain refuses rotateKey once: the revocation stands (200), the rotation stays due with
-    the new blob stored and the old one still pinned (the remaining grantee reads either); the
-    agent's next try finishes it, storing nothing again."""
+@pytest.mark.parametrize("failure", ["revert", "anything"])
+def test_a_rotation_cut_short_resumes_where_it_stopped(provider, on_three, monkeypatch, failure):
+    """rotateKey fails once (the chain refuses it, or anything else goes wrong): the revocation
+    stands (200), the rotation stays due with the new blob stored and the old one still pinned
+    (the remaining grantee reads either); the agent's next try finishes it, storing nothing again."""
     from backend.datasets import chain
     from backend.ledger.errors import ContractRevert
 
     kept, revoked = on_three["grantees"]
-    dataset = _upload(provider, seed=17)
+    dataset = _upload(provider, seed=17 if failure == "revert" else 18)
     url = _grant_both(provider, dataset, (kept, revoked))
     old_reference = Dataset.objects.get().encrypted_reference
     rotate = chain.rotate_key
 
     def refused(*_args):
-        raise ContractRevert("NotOwner(…)")
+        raise ContractRevert("NotOwner(…)") if failure == "revert" else RuntimeError("a bug")
 
     monkeypatch.setattr(chain, "rotate_key", refused)
     assert provider.delete(f"{url}/{revoked.address}").status_code == 200
