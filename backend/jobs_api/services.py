@@ -22,8 +22,9 @@ from backend.datasets.models import Dataset
 from backend.jobs import blobs, chain, remote_config
 from backend.jobs.context import NodeContext
 from backend.jobs.discovery import config_of, job_record
-from backend.jobs.driver import workspace
-from backend.jobs.models import JobRecord, Membership
+from backend.jobs.driver import actions, workspace
+from backend.jobs.driver.planner import Due
+from backend.jobs.models import JobRecord, Membership, RoundAction
 from backend.jobs_api.federation import joinable_members
 from backend.ledger import models as mirror
 from fl_node.codec import content_hash, encode_model
@@ -368,9 +369,11 @@ def start_job(ctx: NodeContext, job_id: int, committee: list[str] | None = None)
             f"({job.committee_size} on the committee and at least {job.min_trainers} trainers)"
         )
     receipt = chain.start(ctx, job_id)
-    if ctx.address in participants:
-        chain.reveal_draw_secret(ctx, job_id)
     chain.sync_mirror(ctx, through_block=receipt.block_number)
+    if ctx.address in participants:
+        # Through the agent's REVEAL claim: the agent, ticking on the start's block, plans the same
+        # reveal, and two reveals estimated before either was mined both went out (one reverted).
+        actions.run_now(ctx, Due(job_id, 0, RoundAction.Kind.REVEAL))
     return receipt.tx_hash
 
 

@@ -65,6 +65,16 @@ def offer(ctx: NodeContext, due: Due) -> bool:
     )
 
 
+def run_now(ctx: NodeContext, due: Due) -> Outcome | None:
+    """Claim ``due`` and run it on the caller's thread at once (an API request's own step: the
+    proposer's reveal right after its start). The claim is the agent's: whichever of the two
+    offers it first sends its transaction, and the other sends nothing. None when the agent has
+    it (queued, running or done) already."""
+    if not offer(ctx, due):
+        return None
+    return run(ctx, due)
+
+
 def _begin(ctx: NodeContext, due: Due) -> RoundAction | None:
     stale = timezone.now() - timedelta(seconds=ctx.action_lease_s)
     claim = RoundAction.objects.filter(
