@@ -53,10 +53,12 @@ class Dataset(models.Model):
     size_bytes = models.PositiveBigIntegerField(help_text="size of the canonical (plaintext) dataset")
     # Secret: the encrypted reference with its key. Never serialized to the API.
     encrypted_reference = models.CharField(max_length=512)
-    # A revocation rotates the data key (services.rotate_data_key): due from the revocation until
-    # done; the reference it replaced stays pinned (remaining grantees still read it) until the
-    # chain has the new one and every live grant is wrapped for it.
-    key_rotation_due = models.BooleanField(default=False)
+    # A revocation rotates the data key (services.rotate_data_key): requested at the revocation
+    # (the latest one's time) until a rotation claimed after it is done; claimed by the one process
+    # rotating it; the reference it replaced stays pinned (remaining grantees still read it) until
+    # the chain has the new one and every live grant is wrapped for it.
+    key_rotation_requested = models.DateTimeField(null=True, blank=True)
+    key_rotation_claimed = models.DateTimeField(null=True, blank=True)
     retired_reference = models.CharField(max_length=512, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices)
     onchain_id = models.CharField(max_length=80, blank=True)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from eth_utils import is_address, to_checksum_address
 
@@ -236,7 +238,7 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
         grant.revoked = timezone.now()
         grant.revoke_tx_hash = tx_hash
         grant.save(update_fields=["revoked", "revoke_tx_hash"])
-        Dataset.objects.filter(pk=dataset.pk).update(key_rotation_due=True)
+        Dataset.objects.filter(pk=dataset.pk).update(key_rotation_requested=timezone.now())
     # Rotated at once where the chain and the store answer; otherwise the agent tries again each
     # tick (rotate_due_keys): the revocation on chain is what stops the grantee's spends.
     dataset.refresh_from_db()
@@ -245,17 +247,21 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
 
 
 def _try_rotation(dataset: Dataset) -> bool:
-    """One try at a due rotation; False when it did not finish. Whatever stopped it (the chain, the
-    store, anything else) is logged, never raised: the revocation it follows is done, and the
-    agent's loop that retries it must go on."""
+    """One try at a due rotation; False when it did not finish (or another process has it).
+    Whatever stopped it (the chain, the store, anything else) is logged, never raised: the
+    revocation it follows is done, and the agent's loop that retries it must go on."""
     try:
-        rotate_data_key(dataset)
-        return True
+        return rotate_data_key(dataset) is not None
     except (chain.LedgerMissing, ContractRevert, SwarmError, OSError) as exc:
         logger.warning("dataset %s: the data key is not rotated yet (%s); the agent retries", dataset.pk, exc)
     except Exception:  # noqa: BLE001 - see the docstring
         logger.exception("dataset %s: rotating the data key failed; the agent retries", dataset.pk)
     return False
+
+
+# A rotation claimed longer ago than this belongs to a process that stopped mid-rotation: another
+# may take it over (each step is safe to send again).
+ROTATION_LEASE_S = 600.0
 
 
 def rotate_data_key(dataset: Dataset) -> str | None:
@@ -265,14 +271,37 @@ def rotate_data_key(dataset: Dataset) -> str | None:
     ``retired_reference``; every live grant wrapped again for the new reference on chain, with the
     cap the chain holds for it; the new root recorded (``rotateKey``); then the retired blob
     unpinned. Each step may be sent again (a grant again re-wraps; rotateKey sets the same root),
-    so a rotation cut short resumes where it stopped. Returns the rotateKey transaction hash, None
-    when no rotation is due.
+    so a rotation cut short resumes where it stopped. One process rotates a dataset at a time (the
+    request that revoked and the agent's retries share a claim), and a revocation that comes in
+    while a rotation runs leaves another one due (the grantee it revoked may have been re-wrapped
+    for). Returns the rotateKey transaction hash; None when no rotation is due or another process
+    has it.
 
     What it gives: a revoked grantee's wrapped key opens only the retired blob, which this node no
     longer keeps; other members' copies of those chunks go only when their collectors drop them
     (docs/PRIVACY.md, "What a revocation ends"), and what the grantee read before it stays read."""
-    if not dataset.key_rotation_due:
+    claimed = timezone.now()
+    stale = claimed - timedelta(seconds=ROTATION_LEASE_S)
+    free = Q(key_rotation_claimed__isnull=True) | Q(key_rotation_claimed__lt=stale)
+    if not Dataset.objects.filter(free, pk=dataset.pk, key_rotation_requested__isnull=False).update(
+        key_rotation_claimed=claimed
+    ):
         return None
+    try:
+        dataset.refresh_from_db()
+        tx_hash = _rotate(dataset)
+    finally:
+        Dataset.objects.filter(pk=dataset.pk, key_rotation_claimed=claimed).update(key_rotation_claimed=None)
+    # Done, unless a revocation came in after the claim (it asks for another rotation).
+    Dataset.objects.filter(pk=dataset.pk, key_rotation_requested__lte=claimed).update(
+        key_rotation_requested=None
+    )
+    dataset.refresh_from_db()
+    logger.info("dataset %s: data key rotated (%s)", dataset.pk, tx_hash)
+    return tx_hash
+
+
+def _rotate(dataset: Dataset) -> str:
     _require_registered(dataset)
     if not dataset.retired_reference:
         fresh = storage.store_encrypted(
@@ -301,16 +330,14 @@ def rotate_data_key(dataset: Dataset) -> str | None:
         grant.save(update_fields=["wrapped_key", "tx_hash"])
     tx_hash = chain.rotate_key(dataset.onchain_id, storage.root_address(dataset.encrypted_reference))
     storage.discard(dataset.retired_reference)
-    Dataset.objects.filter(pk=dataset.pk).update(key_rotation_due=False, retired_reference="")
-    dataset.refresh_from_db()
-    logger.info("dataset %s: data key rotated (%s)", dataset.pk, tx_hash)
+    Dataset.objects.filter(pk=dataset.pk).update(retired_reference="")
     return tx_hash
 
 
 def rotate_due_keys() -> int:
     """Every rotation a revocation left due (the chain or the store did not answer then), tried
     once more; returns how many were done. Run by the agent each tick."""
-    due = Dataset.objects.filter(key_rotation_due=True).exclude(onchain_id="")
+    due = Dataset.objects.filter(key_rotation_requested__isnull=False).exclude(onchain_id="")
     return sum(_try_rotation(dataset) for dataset in due)
 
 

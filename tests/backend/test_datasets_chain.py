@@ -144,7 +144,7 @@ def test_a_revocation_rotates_the_data_key(provider, on_three):
 
     row.refresh_from_db()
     new_reference = row.encrypted_reference
-    assert new_reference != old_reference and not row.key_rotation_due and not row.retired_reference
+    assert new_reference != old_reference and row.key_rotation_requested is None and not row.retired_reference
     assert bytes(data.get_dataset(onchain).swarm_ref).hex() == new_reference[:64]
     kept_grant = data.get_grant(onchain, kept.address)
     assert kept_grant.active and kept_grant.cap == cap_before
@@ -178,16 +178,72 @@ def test_a_rotation_cut_short_resumes_where_it_stopped(provider, on_three, monke
     monkeypatch.setattr(chain, "rotate_key", refused)
     assert provider.delete(f"{url}/{revoked.address}").status_code == 200
     row = Dataset.objects.get()
-    assert row.key_rotation_due and row.retired_reference == old_reference
+    assert row.key_rotation_requested is not None and row.key_rotation_claimed is None
+    assert row.retired_reference == old_reference
     stored = row.encrypted_reference
     assert stored != old_reference and _pins(old_reference) > 0
 
     monkeypatch.setattr(chain, "rotate_key", rotate)
     assert services.rotate_due_keys() == 1
     row.refresh_from_db()
-    assert not row.key_rotation_due and not row.retired_reference and row.encrypted_reference == stored
+    assert (
+        row.key_rotation_requested is None and not row.retired_reference and row.encrypted_reference == stored
+    )
     assert _pins(old_reference) == 0
     assert (
         bytes(on_three["ledger"].data.get_dataset(int(dataset["onchain_id"])).swarm_ref).hex() == stored[:64]
     )
     assert services.rotate_due_keys() == 0
+
+
+def test_one_process_rotates_a_dataset_at_a_time(provider, on_three):
+    """A rotation another process claimed (the revoking request, while the agent ticks) is left to
+    it; a claim older than the lease belongs to a process that stopped and is taken over."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    kept, revoked = on_three["grantees"]
+    dataset = _upload(provider, seed=19)
+    _grant_both(provider, dataset, (kept, revoked))
+    row = Dataset.objects.get()
+    old_reference = row.encrypted_reference
+    now = timezone.now()
+    Dataset.objects.filter(pk=row.pk).update(key_rotation_requested=now, key_rotation_claimed=now)
+    assert services.rotate_due_keys() == 0
+    row.refresh_from_db()
+    assert row.encrypted_reference == old_reference and not row.retired_reference  # nothing stored
+    lapsed = now - timedelta(seconds=services.ROTATION_LEASE_S + 1)
+    Dataset.objects.filter(pk=row.pk).update(key_rotation_claimed=lapsed)
+    assert services.rotate_due_keys() == 1
+    row.refresh_from_db()
+    assert row.encrypted_reference != old_reference
+    assert row.key_rotation_requested is None and row.key_rotation_claimed is None
+
+
+def test_a_revocation_during_a_rotation_leaves_another_one_due(provider, on_three, monkeypatch):
+    """A grantee revoked while a rotation runs may have been wrapped the new key already: its
+    revocation asks for another rotation, which the first one's end does not clear."""
+    from django.utils import timezone
+
+    from backend.datasets import chain
+
+    kept, revoked = on_three["grantees"]
+    dataset = _upload(provider, seed=20)
+    url = _grant_both(provider, dataset, (kept, revoked))
+    rotate = chain.rotate_key
+
+    def revoked_meanwhile(*args):
+        Dataset.objects.update(key_rotation_requested=timezone.now())  # the other revocation's mark
+        return rotate(*args)
+
+    monkeypatch.setattr(chain, "rotate_key", revoked_meanwhile)
+    assert provider.delete(f"{url}/{revoked.address}").status_code == 200
+    row = Dataset.objects.get()
+    first = row.encrypted_reference
+    assert row.key_rotation_requested is not None and not row.retired_reference
+    monkeypatch.setattr(chain, "rotate_key", rotate)
+    assert services.rotate_due_keys() == 1
+    row.refresh_from_db()
+    assert row.encrypted_reference != first and row.key_rotation_requested is None
+    assert _pins(first) == 0

@@ -8,7 +8,14 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name="dataset", name="key_rotation_due", field=models.BooleanField(default=False)
+            model_name="dataset",
+            name="key_rotation_requested",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddField(
+            model_name="dataset",
+            name="key_rotation_claimed",
+            field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
             model_name="dataset",
