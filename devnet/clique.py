@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,9 +322,7 @@ class CliqueNetwork:
         heals: list[int],
     ) -> None:
         """Rejoin each validator apart from a strict majority's block for ``fork_patience_s``."""
-        counts: dict[str | None, int] = {}
-        for block in held.values():
-            counts[block] = counts.get(block, 0) + 1
+        counts = Counter(held.values())
         majority = next((b for b, c in counts.items() if b is not None and 2 * c > len(members)), None)
         if majority is None:
             return  # no side to rejoin to: wait (a fresh chain is the caller's remedy)

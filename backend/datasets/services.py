@@ -241,8 +241,7 @@ def revoke_access(dataset: Dataset, node: str) -> Grant:
         Dataset.objects.filter(pk=dataset.pk).update(key_rotation_requested=timezone.now())
     # Rotated at once where the chain and the store answer; otherwise the agent tries again each
     # tick (rotate_due_keys): the revocation on chain is what stops the grantee's spends.
-    dataset.refresh_from_db()
-    _try_rotation(dataset)
+    _try_rotation(dataset)  # it reads the dataset's row again once it holds the claim
     return grant
 
 
