@@ -39,8 +39,13 @@ the contract's seeded draws):
 * ``committee``: issue 14's committee defenses (a job's former ``robust``): relative likelihood
   scores at the update's 1/top_k share clipped to the round's median norm, the margin rule,
   median-norm clipping, the sign vote of the round's submissions, the verified step;
-* ``robust`` (the default): ``committee`` and the backed magnitude: no coordinate of the applied
-  step beyond the coordinate median of the round's voting submissions (fl_node.robust.backed_bounds).
+* ``robust``: ``committee`` and the backed magnitude: no coordinate of the applied step beyond the
+  coordinate median of the round's voting submissions (fl_node.robust.backed_bounds);
+* ``mixing`` (the default): ``robust`` with that median taken over the submissions' nearest-neighbour
+  mixes (each the mean of its n - f nearest, f = (n - 1) // 2; Allouah et al. 2023,
+  fl_node.robust.nearest_neighbour_mix). On non-IID data a sign-flipping or zero-sending minority
+  pulls the raw median to the smallest honest value, which slows every round, while the honest mixes
+  stay together; an outlying backdoor coordinate is divided among its mix.
 
 Per run: the final test accuracy, the share of attacker submissions accepted, every targeted
 family's success on the final model and the rounds whose committee the attackers held a majority of.
@@ -97,6 +102,7 @@ DEFENSES: dict[str, dict] = {
     "none": {**JOB, **SIMULATED, "defense": "none"},
     "committee": {**JOB, **SIMULATED, "defense": "committee"},
     "robust": {**JOB, **SIMULATED, "defense": "robust"},
+    "mixing": {**JOB, **SIMULATED, "defense": "mixing"},
 }
 DEFAULT = DEFAULT_DEFENSE  # the defense a job gets unless it chooses another
 assert DEFAULT in DEFENSES

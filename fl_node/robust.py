@@ -33,6 +33,14 @@ from the contract where the chain enforces them:
   split honest updates are no more alike than attackers' (pairwise cosine 0.0-0.6 both), so a
   cluster of the majority drops honest updates and keeps attackers; and against FLAME's noise on the
   aggregate (lambda 0.001 of the clip norm): no change in any backdoor's success.
+* Mixed backers (:func:`nearest_neighbour_mix`, the default defense ``mixing``): the backed
+  magnitude's median is taken over each submission's mean with its ``n - f`` nearest (Allouah et al.
+  2023, "Fixing by Mixing: A Recipe for Optimal Byzantine ML under Heterogeneity"). On non-IID data
+  a minority that negates or zeroes its update pulls the raw coordinate median to the smallest
+  honest value, which shrinks every round's step; honest updates mix mostly with honest ones, so
+  their mixes stay together, and an attacker's outlying coordinate is divided by its mix's size
+  before any median sees it (bench/robustness.py, 9 seeds at 30% attackers: worst accuracy drop 0.073
+  against 0.113 without mixing, edge-case backdoors 0.33 against 0.54).
 * Bounded influence (:func:`fl_node.aggregate.bounded_weights`): an update's weight in a
   sample-weighted aggregate is its claimed samples (at most the registered dataset size), its share
   water-filled to at most the job's ``max_share``: a member that claims 10^12 samples gets that share
@@ -270,6 +278,63 @@ def backed_bounds(
     return bounds
 
 
+def exact_squared_distances(flats: Sequence[torch.Tensor]) -> list[list[float]]:
+    """The squared L2 distance between every pair of equal-length float32 vectors, the same float on
+    every machine: each difference squared in float64 and summed in the fixed order of
+    :func:`exact_order_sum` (lanes of :data:`SUM_LANES`, rows added one after another, the lanes by
+    ``math.fsum``). A BLAS Gram matrix would be faster but sums in an order of its own, and a
+    neighbour chosen differently on two nodes would split their aggregates."""
+    n = len(flats)
+    if n == 0:
+        return []
+    stacked = torch.stack([f.reshape(-1).to(torch.float64) for f in flats])
+    width = stacked.shape[1]
+    chunk = SUM_LANES * 64
+    distances = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        lanes = torch.zeros((n, SUM_LANES), dtype=torch.float64)
+        for start in range(0, width, chunk):
+            block = stacked[:, start : start + chunk] - stacked[i, start : start + chunk]
+            block = torch.nn.functional.pad(block * block, (0, (-block.shape[1]) % SUM_LANES))
+            for row in block.view(n, -1, SUM_LANES).unbind(1):
+                lanes.add_(row)
+        for j in range(n):
+            distances[i][j] = 0.0 if i == j else math.fsum(lanes[j].tolist())
+    return distances
+
+
+def nearest_neighbour_mix(
+    updates: Sequence[Update | Mapping[str, torch.Tensor]], names: Iterable[str]
+) -> list[dict[str, torch.Tensor]]:
+    """Each update (the tensors ``names``, dense) replaced by the mean of its ``n - f`` nearest
+    updates in L2, itself included, for the largest minority ``f = (n - 1) // 2``: Nearest Neighbour
+    Mixing (Allouah et al. 2023, "Fixing by Mixing: A Recipe for Optimal Byzantine ML under
+    Heterogeneity"). An honest update mixes mostly with honest ones, so on non-IID data the honest
+    mixes are closer together than the raw updates, and a coordinate median over them (the backed
+    magnitude) neither shrinks towards a hostile minority's zeros or negations as far, nor lets a
+    minority's outlying coordinates through: what one attacker adds to a mix is divided by ``n - f``.
+    Exact on every node: distances by :func:`exact_squared_distances`, ties to the earlier update,
+    each mean summed nearest first."""
+    names = sorted(names)
+    dense = [{k: densify(u[k]).to(torch.float32) for k in names} for u in updates]
+    n = len(dense)
+    if n < 3:
+        return dense
+    keep = n - (n - 1) // 2
+    distances = exact_squared_distances([torch.cat([d[k].reshape(-1) for k in names]) for d in dense])
+    mixed = []
+    for i in range(n):
+        nearest = sorted(range(n), key=lambda j: (distances[i][j], j))[:keep]
+        mix = {}
+        for k in names:
+            total = dense[nearest[0]][k].clone()
+            for j in nearest[1:]:
+                total.add_(dense[j][k])
+            mix[k] = total.div_(keep)
+        mixed.append(mix)
+    return mixed
+
+
 def clamp_step(
     old: Mapping[str, torch.Tensor],
     new: Mapping[str, torch.Tensor],
@@ -334,7 +399,8 @@ class RoundDefense:
     majority of the round's votes backs (:func:`mask_from_votes`, "zero" or "flip"; None: no vote);
     ``verified_step``: a round accepting k < top_k updates applies k / top_k of the step;
     ``backed_magnitude``: each coordinate of the applied step is bounded by the coordinate median of
-    the submissions that may vote, witnesses included (:func:`backed_bounds`); ``max_share_bp``: no update's share of a
+    the submissions that may vote, witnesses included (:func:`backed_bounds`); ``mix_backers``: that
+    median is taken over their nearest-neighbour mixes (:func:`nearest_neighbour_mix`); ``max_share_bp``: no update's share of a
     sample-weighted aggregate above this many basis points (fl_node.aggregate.bounded_weights)."""
 
     top_k: int
@@ -344,8 +410,11 @@ class RoundDefense:
     verified_step: bool = False
     backed_magnitude: bool = False
     max_share_bp: int = MAX_SHARE_BP
+    mix_backers: bool = False
 
     def __post_init__(self) -> None:
+        if self.mix_backers and not self.backed_magnitude:
+            raise ValueError("mix_backers mixes the backed magnitude's backers: it needs backed_magnitude")
         if self.top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {self.top_k}")
         if self.norm_bound is not None and not (self.norm_bound > 0 and math.isfinite(self.norm_bound)):
@@ -424,9 +493,11 @@ def defended_aggregate(
         share = verified_share(len(accepted), defense.top_k)
         new_state = scale_step(global_state, new_state, names, share)
     if defense.backed_magnitude:
-        support: list[Update | Mapping[str, torch.Tensor]] = [
+        support: Sequence[Update | Mapping[str, torch.Tensor]] = [
             clip_update(b, clip_norm) if clip_norm is not None else b for b in backers
         ]
+        if defense.mix_backers:
+            support = nearest_neighbour_mix(support, names)
         bounds = backed_bounds(support, names)
         if bounds is not None:
             new_state = clamp_step(global_state, new_state, bounds)
@@ -446,6 +517,7 @@ class Defense:
     sign_vote: str | None
     verified_step: bool
     backed_magnitude: bool
+    mix_backers: bool = False
 
     def round_defense(self, *, top_k: int, norm_bound: float | None, max_share_bp: int) -> RoundDefense:
         """The aggregation rule of a round of a job with this defense."""
@@ -457,23 +529,27 @@ class Defense:
             verified_step=self.verified_step,
             backed_magnitude=self.backed_magnitude,
             max_share_bp=max_share_bp,
+            mix_backers=self.mix_backers,
         )
 
 
-# The defenses a job may name. "robust" (the default): the committee's defenses and the backed
-# magnitude; "committee": issue 14's committee defenses (relative scores, median-norm clipping, sign
+# The defenses a job may name. "mixing" (the default): "robust" with the backed magnitude's median
+# taken over nearest-neighbour mixes of the backers (bench/robustness.py: over 9 seeds at 30%
+# attackers the worst accuracy drop 0.073 against robust's 0.113, edge-case backdoors 0.33 against
+# 0.54); "robust": the committee's defenses and the backed magnitude over the raw backers; "committee": issue 14's committee defenses (relative scores, median-norm clipping, sign
 # vote, verified step; a job's former "robust": true); "none": plain validation scores and the
 # strategy's average of what the committee accepted, an explicit choice (bench/robustness.py
-# measures what each lets through). Bounded influence (max_share_bp) holds for all three.
+# measures what each lets through). Bounded influence (max_share_bp) holds for all four.
 DEFENSES: dict[str, Defense] = {
     d.name: d
     for d in (
+        Defense("mixing", True, True, "zero", True, True, True),
         Defense("robust", True, True, "zero", True, True),
         Defense("committee", True, True, "zero", True, False),
         Defense("none", False, False, None, False, False),
     )
 }
-DEFAULT_DEFENSE = "robust"
+DEFAULT_DEFENSE = "mixing"
 # A job's default cap on one update's share of a sample-weighted aggregate (basis points).
 DEFAULT_MAX_SHARE_BP = 5_000
 

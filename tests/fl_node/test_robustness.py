@@ -479,12 +479,15 @@ def test_a_job_config_is_defended_by_default_and_undefended_only_by_choice():
         dp=DPConfig(mode="none"),
     )
     default = JobConfig(**common)
-    assert default.defense == "robust" and default.max_share_bp == 5000
-    assert b'"defense":"robust"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
+    assert default.defense == "mixing" and default.max_share_bp == 5000
+    assert b'"defense":"mixing"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
     rule = aggregation.round_defense(default)
-    assert rule.backed_magnitude and rule.sign_vote == "zero" and rule.max_share_bp == 5000
+    assert (
+        rule.backed_magnitude and rule.mix_backers and rule.sign_vote == "zero" and rule.max_share_bp == 5000
+    )
+    assert not aggregation.round_defense(JobConfig(**common, defense="robust")).mix_backers
     assert scoring.scoring(default).relative and scoring.scoring(default).scale == 1 / default.top_k
-    for defense in ("robust", "committee", "none"):
+    for defense in ("mixing", "robust", "committee", "none"):
         for cap in (1, 5000, 10_000):
             config = JobConfig(**common, defense=defense, max_share_bp=cap, norm_bound=8.0)
             assert JobConfig.from_bytes(config.to_bytes()) == config
@@ -582,6 +585,53 @@ def test_backed_bounds_keep_a_step_within_the_voters_coordinate_median_and_never
     assert backed_bounds([], ["w"]) is None
 
 
+def test_mixed_backers_keep_the_honest_step_a_negating_minority_would_shrink_and_divide_an_outlier():
+    from fl_node.robust import backed_bounds, nearest_neighbour_mix
+
+    # Non-IID honest updates (four of seven) that agree in sign and differ in size, and three that negate
+    # one of them. The raw coordinate median is the smallest honest value; the mixes' median is an honest
+    # mix (each honest update's four nearest are the honest four).
+    honest = _votes([1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [4.0, 0.0])
+    negating = _votes(*[[-3.0, 0.0]] * 3)
+    raw = backed_bounds(honest + negating, ["w"])["w"][1]
+    mixed_bounds = backed_bounds(nearest_neighbour_mix(honest + negating, ["w"]), ["w"])["w"][1]
+    assert raw[0].item() == 1.0 and mixed_bounds[0].item() == pytest.approx(2.5)
+    # An outlier coordinate of one attacker (a trigger weight honest data never moves) is divided by the
+    # mix's size n - f (3 of 5) before any median sees it, and the median of the mixes stays 0.
+    outlier = _votes([2.5, 8.0])
+    mixes = nearest_neighbour_mix(honest + outlier, ["w"])
+    assert len(mixes) == 5 and max(m["w"][1].item() for m in mixes) == pytest.approx(8.0 / 3)
+    assert backed_bounds(mixes, ["w"])["w"][1][1].item() == 0.0
+    # Fewer than three updates are not mixed; the result does not depend on the tensors' storage.
+    assert [m["w"].tolist() for m in nearest_neighbour_mix(honest[:2], ["w"])] == [[1.0, 0.0], [2.0, 0.0]]
+
+
+def test_exact_squared_distances_are_one_float_whatever_the_threads_and_chunks():
+    from fl_node.robust import SUM_LANES, exact_squared_distances
+
+    generator = torch.Generator().manual_seed(3)
+    flats = [torch.randn(3 * SUM_LANES * 64 + 17, generator=generator) for _ in range(4)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = exact_squared_distances(flats)
+        torch.set_num_threads(2)
+        two = exact_squared_distances(flats)
+    finally:
+        torch.set_num_threads(before)
+    assert one == two
+    assert one[0][0] == 0.0 and one[1][2] == one[2][1]
+    expected = float(((flats[1].double() - flats[2].double()) ** 2).sum())
+    assert one[1][2] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_mixing_defense_needs_the_backed_magnitude():
+    from fl_node.robust import RoundDefense
+
+    with pytest.raises(ValueError, match="needs backed_magnitude"):
+        RoundDefense(top_k=3, mix_backers=True)
+
+
 def test_with_the_backed_magnitude_a_captured_round_applies_no_more_than_the_honest_majority_backs():
     from fl_node.robust import RoundDefense, defended_aggregate, median_norm
 
@@ -635,9 +685,9 @@ def test_update_norms_are_summed_in_one_fixed_order_on_every_machine():
 def test_named_defenses_set_the_simulators_scoring_and_aggregation_through_the_job():
     from fl_node.robust import DEFAULT_DEFENSE, DEFENSES, get_defense
 
-    assert DEFAULT_DEFENSE == "robust" and set(DEFENSES) == {"robust", "committee", "none"}
+    assert DEFAULT_DEFENSE == "mixing" and set(DEFENSES) == {"mixing", "robust", "committee", "none"}
     config = simulation("digits", nodes=10, committee_size=3, top_k=4, rounds=1)
-    assert config.job.defense == "robust"
+    assert config.job.defense == "mixing" and config.defense.mix_backers
     rule, defense = config.scoring, config.defense  # fl_node.job's, as a node derives them
     assert rule.relative and rule.clip_to_median and rule.scale == 0.25 and rule.margin == 0
     assert defense.clip_to_median and defense.verified_step and defense.sign_vote == "zero"
@@ -650,7 +700,7 @@ def test_named_defenses_set_the_simulators_scoring_and_aggregation_through_the_j
     )
     plain = simulation("digits", defense="none", rounds=1)
     assert not plain.scoring.relative and plain.defense.sign_vote is None and plain.scoring.margin == 0
-    with pytest.raises(ValueError, match="must be one of robust"):
+    with pytest.raises(ValueError, match="must be one of mixing"):
         simulation("digits", defense="strong", rounds=1)
     with pytest.raises(ValueError, match="basis points"):
         simulation("digits", max_share_bp=0, rounds=1)

@@ -28,9 +28,10 @@ export const STRATEGY_GROUPS = [
 ]
 
 // The job's defense against a hostile minority (fl_node.robust.DEFENSES); none is an explicit choice.
-export const DEFAULT_DEFENSE = 'robust'
+export const DEFAULT_DEFENSE = 'mixing'
 export const DEFENSES = [
-  { value: 'robust', label: 'Robust (recommended): committee defenses and steps bounded by the median' },
+  { value: 'mixing', label: 'Mixing (recommended): committee defenses and steps bounded by the median of mixed updates' },
+  { value: 'robust', label: 'Robust: committee defenses and steps bounded by the median' },
   { value: 'committee', label: 'Committee: clipped relative scores, median-norm clip, sign vote' },
   { value: 'none', label: 'None (no defense)' },
 ]
