@@ -83,6 +83,8 @@ T = TypeVar("T")
 
 # Partial sums of a reduction are kept in this many float64 lanes (see :func:`exact_order_sum`).
 SUM_LANES = 4096
+# Columns of the float64 differences :func:`exact_squared_distances` holds at once (per update).
+DISTANCE_BLOCK = SUM_LANES * 8
 
 
 def exact_order_sum(values: torch.Tensor) -> float:
@@ -280,26 +282,31 @@ def backed_bounds(
 
 def exact_squared_distances(flats: Sequence[torch.Tensor]) -> list[list[float]]:
     """The squared L2 distance between every pair of equal-length float32 vectors, the same float on
-    every machine: each difference squared in float64 and summed in the fixed order of
-    :func:`exact_order_sum` (lanes of :data:`SUM_LANES`, rows added one after another, the lanes by
-    ``math.fsum``). A BLAS Gram matrix would be faster but sums in an order of its own, and a
-    neighbour chosen differently on two nodes would split their aggregates."""
+    every machine: each difference squared in float64, the squares added into :data:`SUM_LANES`
+    lanes one row after another, and the lanes halved into each other in a fixed tree (every step an
+    elementwise IEEE addition). A BLAS Gram matrix would be faster but sums in an order of its own,
+    and a neighbour chosen differently on two nodes would split their aggregates. Memory: the
+    vectors as given plus one float64 block of :data:`DISTANCE_BLOCK` columns per row."""
     n = len(flats)
-    if n == 0:
-        return []
-    stacked = torch.stack([f.reshape(-1).to(torch.float64) for f in flats])
+    stacked = torch.stack([f.reshape(-1).to(torch.float32) for f in flats]) if n else torch.zeros(0, 0)
     width = stacked.shape[1]
-    chunk = SUM_LANES * 64
     distances = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        lanes = torch.zeros((n, SUM_LANES), dtype=torch.float64)
-        for start in range(0, width, chunk):
-            block = stacked[:, start : start + chunk] - stacked[i, start : start + chunk]
+    for i in range(n - 1):
+        others = stacked[i + 1 :]
+        lanes = torch.zeros((n - 1 - i, SUM_LANES), dtype=torch.float64)
+        for start in range(0, width, DISTANCE_BLOCK):
+            block = (
+                others[:, start : start + DISTANCE_BLOCK].double()
+                - stacked[i, start : start + DISTANCE_BLOCK].double()
+            )
             block = torch.nn.functional.pad(block * block, (0, (-block.shape[1]) % SUM_LANES))
-            for row in block.view(n, -1, SUM_LANES).unbind(1):
+            for row in block.view(n - 1 - i, -1, SUM_LANES).unbind(1):
                 lanes.add_(row)
-        for j in range(n):
-            distances[i][j] = 0.0 if i == j else math.fsum(lanes[j].tolist())
+        while lanes.shape[1] > 1:
+            half = lanes.shape[1] // 2
+            lanes = lanes[:, :half] + lanes[:, half:]
+        for offset, value in enumerate(lanes[:, 0].tolist()):
+            distances[i][i + 1 + offset] = distances[i + 1 + offset][i] = value
     return distances
 
 

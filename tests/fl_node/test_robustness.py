@@ -606,7 +606,7 @@ def test_mixed_backers_keep_the_honest_step_a_negating_minority_would_shrink_and
     assert [m["w"].tolist() for m in nearest_neighbour_mix(honest[:2], ["w"])] == [[1.0, 0.0], [2.0, 0.0]]
 
 
-def test_exact_squared_distances_are_one_float_whatever_the_threads_and_chunks():
+def test_exact_squared_distances_are_one_float_whatever_the_threads():
     from fl_node.robust import SUM_LANES, exact_squared_distances
 
     generator = torch.Generator().manual_seed(3)
