@@ -125,12 +125,14 @@ class JobConfig:
     adaptive_work: bool = False
     max_local_steps: int = 0
     # The defense against a hostile minority (fl_node.robust.DEFENSES; issues 14, 34), what
-    # bench/robustness.py measures under the same name. "robust" (the default): committee members
+    # bench/robustness.py measures under the same name. "robust": committee members
     # score each update relative to the base model at its 1/top_k share, clipped to the round's median
     # norm (fl_node.score.member_scores); aggregation clips to the median norm of the round's voting
     # submissions, keeps what their sign vote backs, applies k/top_k of a step that accepted k, and
     # bounds each coordinate of the step by the voting submissions' coordinate median
-    # (fl_node.robust.defended_aggregate). "committee": the same without the last bound (issue 14's,
+    # (fl_node.robust.defended_aggregate). "mixing" (the default): "robust" with that median taken over
+    # the voting submissions' nearest-neighbour mixes (fl_node.robust.nearest_neighbour_mix).
+    # "committee": "robust" without the last bound (issue 14's,
     # a job's former "robust": true). "none": plain scores and the strategy's average of what the
     # committee accepted, only when a job says so.
     defense: str = DEFAULT_DEFENSE
