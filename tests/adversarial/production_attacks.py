@@ -17,10 +17,13 @@ colluder the draw seats to aggregate votes the model the honest members compute 
 skipped on its account).
 
 The weights job (``Intruders``): Mallory and Trudy registered datasets of 10^12 samples, Victor
-joins with an honest provider's dataset it was granted. A key the draw seats scores every update
-0; one that trains sends, the first time any of them trains, a sealed blob whose header commits to
-one key while it hands out another (the two-key blob), and afterwards good updates (trained here
-on digits) claiming all the samples its dataset registered. Once round 1 is finalized the provider
+joins with an honest provider's dataset it was granted. A key the draw seats rubber-stamps: every
+update scores the top, the base and the two-key blob 0 (the keys want their 10^12-sample updates
+in, whoever else sits). Mallory's and Trudy's first update is a good one (trained here on digits)
+claiming all the samples its dataset registered; the next update any of the three sends, Victor's
+first included, is a sealed blob whose header commits to one key while it hands out another (the
+two-key blob), in a round with an honest seat to refuse it; the rest are good updates. Whatever the
+draw seats, a trainer slot serves the scene still missing. Once round 1 is finalized the provider
 revokes Victor's grant: from then on Victor tries to spend on every round, and its trainer slots
 stay empty.
 
@@ -64,6 +67,7 @@ from tests.adversarial.protocol_attacks import (
 )
 
 ACCOMPLICE_SCORE = 10_000
+INFLATED = 10**12  # DataRegistry.MAX_SAMPLES: the most a registrant may declare (the weights job)
 GRIND_BLOCKS = (0, 1, 7, 29)  # blocks mined before each attempt (12 s apart): other numbers and times
 
 
@@ -499,7 +503,8 @@ class Intruders(Player):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.members, self.grantee, self.rounds, self.revoke = list(members), grantee, rounds, revoke
-        self.two_key_sent = False
+        self.two_key_slot: tuple[int, str] | None = None  # (round, trainer) of the two-key blob
+        self.inflated_sent = False
         self._claim = threading.Lock()
         self.revoked = threading.Event()
         self.data = {m.address.lower(): digits(400, seed=i + 7) for i, m in enumerate(self.members)}
@@ -517,9 +522,18 @@ class Intruders(Player):
 
     def play(self, me: HostileMember) -> None:
         mine_ = me.address.lower()
+        votes: list[threading.Thread] = []
+        try:
+            self._play(me, mine_, votes)
+        finally:
+            for vote in votes:
+                vote.join(self.timeout_s)
+
+    def _play(self, me: HostileMember, mine_: str, votes: list[threading.Thread]) -> None:
         for round_ in range(1, self.rounds + 1):
             state = self.opened(me, round_)
-            if state is None:
+            if state is None:  # in the log: a round missed tells why a test's scene never happened
+                self.log.add(round=round_, member=mine_, kind="round_gone")
                 continue
             revoked = me is self.grantee and self.revoked.is_set()
             if revoked:  # every release it tries now is refused on chain
@@ -528,14 +542,19 @@ class Intruders(Player):
                 )
             if mine_ in self.committee(round_):
                 if not revoked:
-                    self.score_zero(me, round_)
+                    self.stamp(me, round_)
             elif not revoked:
                 self.train(me, round_, state)
             finalized = self.finalized(round_)
             if finalized is None:
                 return
             if mine_ in lower(finalized["nextCommittee"]):
-                self.log.note(f"vote_{round_}_{mine_}", self.vote_honestly(me, round_))
+                # Beside the next round, not before it: the vote reads and aggregates the round's
+                # updates, which on a loaded machine could outlast the next round's training.
+                votes.append(guarded(self.log, self._vote, me, round_, mine_))
+
+    def _vote(self, me: HostileMember, round_: int, mine_: str) -> None:
+        self.log.note(f"vote_{round_}_{mine_}", self.vote_honestly(me, round_))
 
     def _try_spends(self, me: HostileMember, round_: int) -> dict:
         args = dict(jobId=self.job_id, round=round_, amount=1, kind=0, steps=0)
@@ -548,29 +567,54 @@ class Intruders(Player):
             "update_refusal": me.refusal("FederatedLearning", "submitUpdate", **update),
         }
 
-    def score_zero(self, me: HostileMember, round_: int) -> None:
-        """A seat that accepts nothing: every update and the base scored 0, by commit and reveal."""
+    def stamp(self, me: HostileMember, round_: int) -> None:
+        """A rubber-stamp seat: every update scored the top but the two-key blob (0), the base 0, by
+        commit and reveal."""
         state = self.scoring_open(me, round_)
         if state.get("gone"):
             return
-        scores = dict.fromkeys(self.scores_of(round_), 0)
+        blob = self.two_key_slot
+        scores = {
+            trainer: 0 if blob == (round_, trainer.lower()) else ACCOMPLICE_SCORE
+            for trainer in self.scores_of(round_)
+        }
         salt = os.urandom(32)
         me.commit_scores(self.job_id, round_, scores, 0, salt)
         if not self.commits_in(me, round_):
             return
-        if int(state["maxSpendPerRound"]):
-            me.spend(self.job_id, round_, 1, kind=1)
+        spent = (
+            int(me.spend(self.job_id, round_, 1, kind=1)["status"])
+            if int(state["maxSpendPerRound"])
+            else None
+        )
+        # what the contract would refuse the reveal with, beside its receipt (None: nothing)
+        refusal = me.refusal(
+            "FederatedLearning", "revealScores", **me.reveal_args(self.job_id, round_, scores, 0, salt)
+        )
         receipt = me.reveal_scores(self.job_id, round_, scores, 0, salt)
         self.log.add(
-            round=round_, member=me.address.lower(), kind="scored_zero", status=int(receipt["status"])
+            round=round_,
+            member=me.address.lower(),
+            kind="stamped",
+            spend_status=spent,
+            refusal=refusal,
+            status=int(receipt["status"]),
         )
 
     def train(self, me: HostileMember, round_: int, state: dict) -> None:
         models = self.models(me)
         good = trained_update(models, round_, self.data[me.address.lower()], seed=round_)
+        # The scenes (module doc): Mallory's and Trudy's first update a good inflated one, the next
+        # update any of them sends the two-key blob, if an honest seat is there to refuse it.
+        inflated = self.samples[me.address.lower()] == INFLATED
+        refused_by_someone = any(a in self.honest for a in self.committee(round_))
         with self._claim:
-            two_key = not self.two_key_sent and me is not self.grantee
-            self.two_key_sent = self.two_key_sent or two_key
+            two_key = (
+                self.two_key_slot is None and (not inflated or self.inflated_sent) and refused_by_someone
+            )
+            if two_key:
+                self.two_key_slot = (round_, me.address.lower())
+            self.inflated_sent = self.inflated_sent or (inflated and not two_key)
         samples = self.samples[me.address.lower()]
         if not two_key:
             sent = self.submit(me, round_, good, samples, state)
