@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -242,6 +241,18 @@ class Player:
         )
         return {"status": int(receipt["status"]), "content_hash": "0x" + chash}
 
+    def chain_now(self, state: dict) -> int:
+        """The job's clock as the contract's _now reads it, at the latest block: its number when the
+        job counts blocks, else its timestamp. The chain's, not this machine's: the draws job moves
+        the chain's clock (hostile_chain.increase_time), and a block lands after the wall clock."""
+        latest = self.w3.eth.get_block("latest")
+        return int(latest["number"] if state["useBlocks"] else latest["timestamp"])
+
+    def past(self, state: dict, deadline: int) -> bool:
+        """Whether a transaction sent now lands past ``deadline``: the next block is past it once
+        the latest one is (a later block never reads an earlier clock)."""
+        return self.chain_now(state) > deadline
+
     def scoring_open(self, me: HostileMember, round_: int) -> dict:
         """Every trainer's update in (the drawn participants off the committee), or the deadline."""
         drawn = len(self.chain.drawn())
@@ -251,7 +262,7 @@ class Player:
             if int(state["round"]) != round_ or int(state["phase"]) != RoundPhase.TRAINING:
                 return {"gone": True}
             size = int(state["committeeSize"])
-            late = time.time() > int(state["updateDeadline"]) + 1
+            late = self.past(state, int(state["updateDeadline"]))
             return state if int(state["updateCount"]) >= drawn - size or late else None
 
         return wait_for(ready, self.timeout_s, f"round {round_}'s scoring")
@@ -262,7 +273,7 @@ class Player:
             if int(state["round"]) != round_ or int(state["phase"]) != RoundPhase.TRAINING:
                 return "gone"
             commit_deadline = int(state["scoreDeadline"]) - int(state["scorePeriod"]) // 2
-            if int(state["commitCount"]) >= int(state["committeeSize"]) or time.time() > commit_deadline + 1:
+            if int(state["commitCount"]) >= int(state["committeeSize"]) or self.past(state, commit_deadline):
                 return "open"
             return None
 
@@ -428,7 +439,7 @@ class Coalition(Player):
             lambda: (
                 len(self.chain.members("ScoresSubmitted", round_))
                 >= int(me.job_state(self.job_id)["commitCount"]) - 1
-                or time.time() > int(me.job_state(self.job_id)["scoreDeadline"]) - 5
+                or self.past(state, int(me.job_state(self.job_id)["scoreDeadline"]) - 5)
             ),
             self.timeout_s,
             f"round {round_}'s other reveals",
