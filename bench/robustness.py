@@ -8,9 +8,10 @@ honest trainers 0, the base model 0).
 
 Attacks (fl_node.attacks):
 
-* untargeted, which the job's accuracy shows: label flip, sign flip, Gaussian noise, free riders,
-  copied updates, inflated sample counts (10^18 claimed; the registered size caps what counts, and
-  the job's ``max_share_bp`` caps its share of the aggregate);
+* untargeted, which the job's accuracy shows: label flip, sign flip, Gaussian noise, free riders
+  (zero updates) and disguised free riders (tiny noise, Lin et al. 2019), copied updates, inflated
+  sample counts (10^18 claimed; the registered size caps what counts, and the job's ``max_share_bp``
+  caps its share of the aggregate);
 * targeted, which the job's accuracy does not show: the bench's own boosted corner-trigger backdoor
   (``backdoor``) and the suite of families whose parameters are DRAWN PER RUN from the run's seed
   (fl_node.attacks.draw_targeted; the same draw meets every defense of a seed, and no parameter was
@@ -41,11 +42,15 @@ the contract's seeded draws):
   median-norm clipping, the sign vote of the round's submissions, the verified step;
 * ``robust``: ``committee`` and the backed magnitude: no coordinate of the applied step beyond the
   coordinate median of the round's voting submissions (fl_node.robust.backed_bounds);
-* ``mixing`` (the default): ``robust`` with that median taken over the submissions' nearest-neighbour
+* ``mixing``: ``robust`` with that median taken over the submissions' nearest-neighbour
   mixes (each the mean of its n - f nearest, f = (n - 1) // 2; Allouah et al. 2023,
   fl_node.robust.nearest_neighbour_mix). On non-IID data a sign-flipping or zero-sending minority
   pulls the raw median to the smallest honest value, which slows every round, while the honest mixes
   stay together; an outlying backdoor coordinate is divided among its mix.
+* ``levelled`` (the default): ``mixing`` with the backers levelled first (fl_node.robust.level_norms):
+  one that moves nothing is left out and one shorter than half their median norm is lengthened to it,
+  so free riders, plain (zero updates) or disguised (tiny noise), no longer pull the median of the
+  mixes towards 0.
 
 Per run: the final test accuracy, the share of attacker submissions accepted, every targeted
 family's success on the final model and the rounds whose committee the attackers held a majority of.
@@ -85,7 +90,7 @@ from fl_node.attacks import TARGETED_FAMILIES, backdoor_success, draw_targeted
 from fl_node.robust import DEFAULT_DEFENSE
 from fl_node.simulate import prepared_model_and_data, run_simulation, simulation
 
-UNTARGETED = ("label_flip", "sign_flip", "gaussian", "free_rider", "copy", "inflate")
+UNTARGETED = ("label_flip", "sign_flip", "gaussian", "free_rider", "disguised_free_rider", "copy", "inflate")
 TARGETED = ("backdoor", *TARGETED_FAMILIES)
 ATTACKS = (*UNTARGETED, *TARGETED)
 FRACTIONS = (0.1, 0.2, 0.3, 0.4)
@@ -103,6 +108,7 @@ DEFENSES: dict[str, dict] = {
     "committee": {**JOB, **SIMULATED, "defense": "committee"},
     "robust": {**JOB, **SIMULATED, "defense": "robust"},
     "mixing": {**JOB, **SIMULATED, "defense": "mixing"},
+    "levelled": {**JOB, **SIMULATED, "defense": "levelled"},
 }
 DEFAULT = DEFAULT_DEFENSE  # the defense a job gets unless it chooses another
 assert DEFAULT in DEFENSES
@@ -237,9 +243,14 @@ def plot(rows: list[dict], defenses: list[str], fractions: tuple[float, ...], pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 4, figsize=(17, 11), dpi=100, sharex=True)
     panels = [(a, "accuracy") for a in UNTARGETED] + [(a, "success") for a in TARGETED]
-    for ax, (attack, metric) in zip(axes.flat, panels, strict=True):
+    columns = 4
+    fig, axes = plt.subplots(
+        math.ceil(len(panels) / columns), columns, figsize=(17, 14), dpi=100, sharex=True
+    )
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (attack, metric) in zip(axes.flat, panels, strict=False):
         for defense in defenses:
             if metric == "accuracy":
                 xs = [0.0, *fractions]
@@ -324,7 +335,7 @@ def main() -> None:
 
     print(
         f"{'defense':<12}{'no attack':>10}{'honest only':>12}"
-        + "".join(f"{a:>13}" for a in UNTARGETED + TARGETED)
+        + "".join(f" {a:>12}" if len(a) <= 12 else f" {a[:12]:>12}" for a in UNTARGETED + TARGETED)
     )
     for fraction in fractions:
         print(f"-- {fraction:.0%} attackers: final accuracy (attacker updates accepted) --")

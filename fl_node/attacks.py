@@ -8,6 +8,9 @@ A spec is ``NAME:FRACTION`` (``label_flip:0.2``): that fraction of the nodes att
 * ``gaussian`` -- sends noise of the honest update's scale instead of the update.
 * ``free_rider`` -- sends a zero update without training (Lin et al. 2019,
   "Free-riders in Federated Learning").
+* ``disguised_free_rider`` -- does not train; sends tiny Gaussian noise (std
+  :data:`DISGUISE_STD` per value) so that its update is not exactly zero (Lin et al. 2019's
+  disguised free rider): it abstains from nothing that a zero update abstains from.
 * ``copy`` -- does not train; re-submits an honest trainer's update (the same bytes and
   content hash, visible in the round's event before the deadline) to ride free.
 * ``inflate`` -- trains on flipped labels and claims a huge sample count, so that a
@@ -118,6 +121,17 @@ def _zero(update: Update, _generator: torch.Generator) -> Update:
     return {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in update.items()}
 
 
+def _disguised_zero(update: Update, generator: torch.Generator) -> Update:
+    return {
+        k: (torch.randn(v.shape, generator=generator) * DISGUISE_STD).to(v.dtype)
+        if v.is_floating_point()
+        else v
+        for k, v in update.items()
+    }
+
+
+# A disguised free rider's noise: far below any trained update's values, far above float32's tiny.
+DISGUISE_STD = 1e-4
 BACKDOOR_TARGET = 0
 BACKDOOR_FRACTION = 0.5  # of the attacker's examples that carry the trigger
 TRIGGER_SIZE = 4  # pixels: a white square in the bottom-right corner
@@ -164,6 +178,7 @@ register_attack(Attack("label_flip", poison_data=_flip_labels))
 register_attack(Attack("sign_flip", poison_update=_sign_flip, boosts=True))
 register_attack(Attack("gaussian", poison_update=_gaussian, boosts=True))
 register_attack(Attack("free_rider", poison_update=_zero, trains=False))
+register_attack(Attack("disguised_free_rider", poison_update=_disguised_zero, trains=False))
 register_attack(Attack("copy", trains=False, copies=True))
 register_attack(Attack("inflate", poison_data=_flip_labels, claimed_samples=INFLATED_SAMPLES))
 register_attack(Attack("backdoor", poison_data=_backdoor, boosts=True))

@@ -130,8 +130,10 @@ class JobConfig:
     # norm (fl_node.score.member_scores); aggregation clips to the median norm of the round's voting
     # submissions, keeps what their sign vote backs, applies k/top_k of a step that accepted k, and
     # bounds each coordinate of the step by the voting submissions' coordinate median
-    # (fl_node.robust.defended_aggregate). "mixing" (the default): "robust" with that median taken over
-    # the voting submissions' nearest-neighbour mixes (fl_node.robust.nearest_neighbour_mix).
+    # (fl_node.robust.defended_aggregate). "mixing": "robust" with that median taken over the voting
+    # submissions' nearest-neighbour mixes (fl_node.robust.nearest_neighbour_mix). "levelled" (the
+    # default): "mixing" with zero updates left out of those backers and short ones lengthened to half
+    # their median norm first (fl_node.robust.level_norms), so free riders cannot shrink the step.
     # "committee": "robust" without the last bound (issue 14's,
     # a job's former "robust": true). "none": plain scores and the strategy's average of what the
     # committee accepted, only when a job says so.

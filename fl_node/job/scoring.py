@@ -3,7 +3,7 @@ node's committee (backend/jobs/driver/committee.py) and by the simulator (fl_nod
 
 Every member also scores the unchanged global model (the base): the contract accepts an update
 whose median score beats the base's median by the job's margin. Under a defense that scores
-relatively (fl_node.robust.DEFENSES: "mixing", the default, "robust" and "committee") each update is scored
+relatively (fl_node.robust.DEFENSES: "levelled", the default, "mixing", "robust" and "committee") each update is scored
 relative to the base at its 1/top_k share, clipped first to the round's median norm
 (fl_node.score.member_scores); under "none" each update is scored whole (fl_node.score.score_update).
 """

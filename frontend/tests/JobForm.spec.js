@@ -41,7 +41,7 @@ describe('job wizard', { timeout: 30000 }, () => {
     api.joinJob.mockResolvedValue({ id: 9, name: 'mnist', joined: { dataset: 5 } })
     const wrapper = await fillAndSubmit({ address: '0xa', members: [member('a', true), member('b'), member('c'), member('d'), member('e')] })
     expect(api.createJob).toHaveBeenCalledTimes(1)
-    expect(api.createJob.mock.calls[0][0]).toMatchObject({ committee_size: 3, min_trainers: 2, top_k: 2, dataset: 5, defense: 'mixing' })
+    expect(api.createJob.mock.calls[0][0]).toMatchObject({ committee_size: 3, min_trainers: 2, top_k: 2, dataset: 5, defense: 'levelled' })
     expect(api.joinJob).toHaveBeenCalledWith(9, 5)
     expect(wrapper.emitted('created')[0]).toEqual([{ id: 9, name: 'mnist', joined: { dataset: 5 } }, ''])
     wrapper.unmount()
@@ -88,7 +88,7 @@ describe('job wizard', { timeout: 30000 }, () => {
     wrapper.unmount()
   })
 
-  it('sends the default (mixing) defense, and a job without one only once it is chosen explicitly', async () => {
+  it('sends the default (levelled) defense, and a job without one only once it is chosen explicitly', async () => {
     api.createJob.mockResolvedValue({ id: 9, name: 'mnist' })
     api.joinJob.mockResolvedValue({ id: 9, name: 'mnist' })
     const candidates = { address: '0xa', allow_small_committees: true, members: [member('a', true), member('b'), member('c')] }

@@ -148,10 +148,22 @@ def test_an_update_over_the_norm_bound_scores_zero_and_the_model_stays():
     assert any(u.accepted for u in fresh.rounds[0].updates)
 
 
-def test_with_a_margin_a_free_rider_never_beats_the_base_model():
-    result = _run(attack="free_rider:0.2", margin_bp=0)
+@pytest.mark.parametrize("attack", ["free_rider", "disguised_free_rider"])
+def test_with_a_margin_a_free_rider_never_beats_the_base_model(attack):
+    result = _run(attack=f"{attack}:0.2", margin_bp=0)
     riders = [u for r in result.rounds for u in r.updates if u.attacker]
     assert riders and not any(u.accepted for u in riders)
+
+
+def test_a_disguised_free_rider_sends_tiny_noise_not_zeros():
+    from fl_node.attacks import DISGUISE_STD, get_attack
+
+    rider = get_attack("disguised_free_rider")
+    assert not rider.trains
+    update = {"w": torch.zeros(10_000), "n": torch.tensor([3])}
+    sent = rider.poison_update(update, torch.Generator().manual_seed(0))
+    assert bool(sent["w"].ne(0).all()) and torch.equal(sent["n"], update["n"])
+    assert float(sent["w"].std()) == pytest.approx(DISGUISE_STD, rel=0.05)
 
 
 def test_one_colluder_on_a_committee_of_three_cannot_carry_its_accomplice():
@@ -479,15 +491,16 @@ def test_a_job_config_is_defended_by_default_and_undefended_only_by_choice():
         dp=DPConfig(mode="none"),
     )
     default = JobConfig(**common)
-    assert default.defense == "mixing" and default.max_share_bp == 5000
-    assert b'"defense":"mixing"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
+    assert default.defense == "levelled" and default.max_share_bp == 5000
+    assert b'"defense":"levelled"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
     rule = aggregation.round_defense(default)
-    assert (
-        rule.backed_magnitude and rule.mix_backers and rule.sign_vote == "zero" and rule.max_share_bp == 5000
-    )
+    assert rule.backed_magnitude and rule.mix_backers and rule.level_backers
+    assert rule.sign_vote == "zero" and rule.max_share_bp == 5000
     assert not aggregation.round_defense(JobConfig(**common, defense="robust")).mix_backers
+    mixing = aggregation.round_defense(JobConfig(**common, defense="mixing"))
+    assert mixing.mix_backers and not mixing.level_backers  # a mixing job keeps its rule
     assert scoring.scoring(default).relative and scoring.scoring(default).scale == 1 / default.top_k
-    for defense in ("mixing", "robust", "committee", "none"):
+    for defense in ("levelled", "mixing", "robust", "committee", "none"):
         for cap in (1, 5000, 10_000):
             config = JobConfig(**common, defense=defense, max_share_bp=cap, norm_bound=8.0)
             assert JobConfig.from_bytes(config.to_bytes()) == config
@@ -630,6 +643,59 @@ def test_a_mixing_defense_needs_the_backed_magnitude():
 
     with pytest.raises(ValueError, match="needs backed_magnitude"):
         RoundDefense(top_k=3, mix_backers=True)
+    with pytest.raises(ValueError, match="needs backed_magnitude"):
+        RoundDefense(top_k=3, level_backers=True)
+
+
+def test_levelled_backers_leave_out_zeros_and_lengthen_what_a_free_riding_minority_shortens():
+    from fl_node.robust import LEVEL_FLOOR, backed_bounds, level_norms, nearest_neighbour_mix
+
+    def backed(updates):  # the high bound of coordinate 0 over the updates' mixes
+        return backed_bounds(nearest_neighbour_mix(updates, ["w"]), ["w"])["w"][1][0].item()
+
+    # Four honest non-IID updates of seven, and three free riders: zero (plain) or tiny (disguised).
+    honest = _votes([1.0, 0.0], [2.0, 1.0], [3.0, -1.0], [4.0, 0.5])
+    zeros = _votes(*[[0.0, 0.0]] * 3)
+    tiny = _votes([1e-4, -1e-4], [-1e-4, 2e-4], [1e-4, 1e-4])
+    # Unlevelled, each honest update's four nearest take in the riders: the bound falls to a tenth.
+    assert backed(honest) == pytest.approx(2.5) and backed(honest + zeros) == pytest.approx(0.25)
+    # Zeros abstain: the backers are the honest ones alone (levelled among themselves).
+    alone = level_norms(honest, ["w"])
+    assert [u["w"].tolist() for u in level_norms(honest + zeros, ["w"])] == [u["w"].tolist() for u in alone]
+    assert backed(level_norms(honest + zeros, ["w"])) == backed(alone) > 2.5
+    # Tiny ones count with their direction at LEVEL_FLOOR of the median norm: the bound shrinks less.
+    assert backed(level_norms(honest + tiny, ["w"])) > backed(honest + tiny) * 1.4
+    levelled = level_norms(honest + _votes([3e-4, -4e-4]), ["w"])
+    median = math.hypot(2.0, 1.0)  # the lower middle of the five norms
+    assert torch.allclose(levelled[-1]["w"], torch.tensor([0.6, -0.8]) * LEVEL_FLOOR * median)
+    # An update shorter than the floor is lengthened to it; nothing at or above it changes.
+    assert torch.allclose(levelled[0]["w"], torch.tensor([LEVEL_FLOOR * median, 0.0]))
+    assert all(torch.equal(a["w"], b["w"]) for a, b in zip(levelled[1:4], honest[1:4], strict=True))
+    assert level_norms(_votes([0.0, 0.0]), ["w"]) == [] and level_norms([], ["w"]) == []
+    with pytest.raises(ValueError, match="floor"):
+        level_norms(honest, ["w"], floor=1.5)
+
+
+def test_the_default_defense_keeps_a_free_riding_minoritys_round_at_the_honest_step():
+    from fl_node.aggregate import get_strategy
+    from fl_node.robust import DEFENSES, defended_aggregate
+
+    state = {"w": torch.zeros(2)}
+    honest = _votes([1.0, 0.0], [2.0, 1.0], [3.0, -1.0], [4.0, 0.5])
+    accepted = [WeightedUpdate(h, 1, str(i)) for i, h in enumerate(honest)]
+
+    def step(defense, riders):
+        rule = DEFENSES[defense].round_defense(top_k=4, norm_bound=None, max_share_bp=5000)
+        new, _ = defended_aggregate(
+            get_strategy("fedavg"), state, accepted, defense=rule, clip_norm=10.0, backers=honest + riders
+        )
+        return new["w"][0].item()
+
+    # The honest average moves coordinate 0 by 2.5; three zero riders' mixes cap it at 0.25.
+    zeros = _votes(*[[0.0, 0.0]] * 3)
+    assert step("levelled", zeros) == pytest.approx(2.5) and step("mixing", zeros) == pytest.approx(0.25)
+    tiny = _votes([1e-4, -1e-4], [-1e-4, 2e-4], [1e-4, 1e-4])
+    assert step("levelled", tiny) > 1.4 * step("mixing", tiny)
 
 
 def test_with_the_backed_magnitude_a_captured_round_applies_no_more_than_the_honest_majority_backs():
@@ -685,9 +751,10 @@ def test_update_norms_are_summed_in_one_fixed_order_on_every_machine():
 def test_named_defenses_set_the_simulators_scoring_and_aggregation_through_the_job():
     from fl_node.robust import DEFAULT_DEFENSE, DEFENSES, get_defense
 
-    assert DEFAULT_DEFENSE == "mixing" and set(DEFENSES) == {"mixing", "robust", "committee", "none"}
+    assert DEFAULT_DEFENSE == "levelled"
+    assert set(DEFENSES) == {"levelled", "mixing", "robust", "committee", "none"}
     config = simulation("digits", nodes=10, committee_size=3, top_k=4, rounds=1)
-    assert config.job.defense == "mixing" and config.defense.mix_backers
+    assert config.job.defense == "levelled" and config.defense.mix_backers and config.defense.level_backers
     rule, defense = config.scoring, config.defense  # fl_node.job's, as a node derives them
     assert rule.relative and rule.clip_to_median and rule.scale == 0.25 and rule.margin == 0
     assert defense.clip_to_median and defense.verified_step and defense.sign_vote == "zero"
@@ -700,7 +767,7 @@ def test_named_defenses_set_the_simulators_scoring_and_aggregation_through_the_j
     )
     plain = simulation("digits", defense="none", rounds=1)
     assert not plain.scoring.relative and plain.defense.sign_vote is None and plain.scoring.margin == 0
-    with pytest.raises(ValueError, match="must be one of mixing"):
+    with pytest.raises(ValueError, match="must be one of levelled, mixing"):
         simulation("digits", defense="strong", rounds=1)
     with pytest.raises(ValueError, match="basis points"):
         simulation("digits", max_share_bp=0, rounds=1)

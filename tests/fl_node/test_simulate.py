@@ -27,8 +27,8 @@ def test_three_node_federation_on_digits_learns_and_rejects_the_label_flipper():
     assert accuracies[-1] > accuracies[0] or accuracies[0] > 0.6
     rejected = sum(r.attackers_rejected for r in result.rounds if any(u.attacker for u in r.updates))
     attacked = sum(any(u.attacker for u in r.updates) for r in result.rounds)
-    # The default defense (fl_node.robust "mixing"): the flipper's rounds on the committee seat it.
-    assert config.job.defense == "mixing"
+    # The default defense (fl_node.robust "levelled"): the flipper's rounds on the committee seat it.
+    assert config.job.defense == "levelled"
     assert attacked >= 3 and rejected >= attacked - 1, (rejected, attacked)
 
 

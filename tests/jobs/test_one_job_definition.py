@@ -54,7 +54,7 @@ def _node_plan(job: JobConfig, samples: int, public_holdout: bool):
 @pytest.mark.parametrize(
     "fields",
     [
-        {},  # DP-SGD, the default defense ("mixing")
+        {},  # DP-SGD, the default defense ("levelled")
         {"dp": DPConfig(mode="update", target_epsilon=2.0, max_grad_norm=1.0), "defense": "committee"},
         {"dp": DPConfig(mode="none"), "defense": "none", "strategy": "median"},
     ],

@@ -81,7 +81,7 @@ def test_a_hijacked_vote_gets_no_honest_vote_and_the_honest_pair_is_fixed(operat
     assert mirror.GlobalModel.objects.get(job=job, round=1).reference == reference
     with acting_as(honest[0], monkeypatch):
         assert blobs.get(honest[0].ctx, reference) == data  # the reference names the aggregate
-    assert config.defense == "mixing"
+    assert config.defense == "levelled"
     checked = check_robust_round(nodes, monkeypatch, job_id, 1, config)
     assert checked["scorers"] == 3 and checked["fixed_hash"] == model_hash
     assert checked["plain_hash"] != model_hash  # the defenses changed the model: FedAvg alone differs

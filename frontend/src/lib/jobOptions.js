@@ -28,9 +28,10 @@ export const STRATEGY_GROUPS = [
 ]
 
 // The job's defense against a hostile minority (fl_node.robust.DEFENSES); none is an explicit choice.
-export const DEFAULT_DEFENSE = 'mixing'
+export const DEFAULT_DEFENSE = 'levelled'
 export const DEFENSES = [
-  { value: 'mixing', label: 'Mixing (recommended): committee defenses and steps bounded by the median of mixed updates' },
+  { value: 'levelled', label: 'Levelled (recommended): mixing, with free riders unable to shrink the step' },
+  { value: 'mixing', label: 'Mixing: committee defenses and steps bounded by the median of mixed updates' },
   { value: 'robust', label: 'Robust: committee defenses and steps bounded by the median' },
   { value: 'committee', label: 'Committee: clipped relative scores, median-norm clip, sign vote' },
   { value: 'none', label: 'None (no defense)' },
