@@ -50,7 +50,8 @@ the contract's seeded draws):
 * ``levelled`` (the default): ``mixing`` with the backers levelled first (fl_node.robust.level_norms):
   one that moves nothing is left out and one shorter than half their median norm is lengthened to it,
   so free riders, plain (zero updates) or disguised (tiny noise), no longer pull the median of the
-  mixes towards 0.
+  mixes towards 0; and each coordinate of the step at least 3/4 of that median
+  (fl_node.robust.LEVELLED_STEP_FLOOR), so a captured committee cannot stop a round.
 
 Per run: the final test accuracy, the share of attacker submissions accepted, every targeted
 family's success on the final model and the rounds whose committee the attackers held a majority of.

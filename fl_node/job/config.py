@@ -133,7 +133,8 @@ class JobConfig:
     # (fl_node.robust.defended_aggregate). "mixing": "robust" with that median taken over the voting
     # submissions' nearest-neighbour mixes (fl_node.robust.nearest_neighbour_mix). "levelled" (the
     # default): "mixing" with zero updates left out of those backers and short ones lengthened to half
-    # their median norm first (fl_node.robust.level_norms), so free riders cannot shrink the step.
+    # their median norm first (fl_node.robust.level_norms), so free riders cannot shrink the step, and
+    # each coordinate of the step at least 3/4 of that median (fl_node.robust.LEVELLED_STEP_FLOOR).
     # "committee": "robust" without the last bound (issue 14's,
     # a job's former "robust": true). "none": plain scores and the strategy's average of what the
     # committee accepted, only when a job says so.

@@ -494,11 +494,11 @@ def test_a_job_config_is_defended_by_default_and_undefended_only_by_choice():
     assert default.defense == "levelled" and default.max_share_bp == 5000
     assert b'"defense":"levelled"' in default.to_bytes() and b'"max_share_bp":5000' in default.to_bytes()
     rule = aggregation.round_defense(default)
-    assert rule.backed_magnitude and rule.mix_backers and rule.level_backers
+    assert rule.backed_magnitude and rule.mix_backers and rule.level_backers and rule.step_floor == 0.75
     assert rule.sign_vote == "zero" and rule.max_share_bp == 5000
     assert not aggregation.round_defense(JobConfig(**common, defense="robust")).mix_backers
     mixing = aggregation.round_defense(JobConfig(**common, defense="mixing"))
-    assert mixing.mix_backers and not mixing.level_backers  # a mixing job keeps its rule
+    assert mixing.mix_backers and not mixing.level_backers and not mixing.step_floor  # it keeps its rule
     assert scoring.scoring(default).relative and scoring.scoring(default).scale == 1 / default.top_k
     for defense in ("levelled", "mixing", "robust", "committee", "none"):
         for cap in (1, 5000, 10_000):
@@ -638,6 +638,23 @@ def test_exact_squared_distances_are_one_float_whatever_the_threads():
     assert one[1][2] == pytest.approx(expected, rel=1e-12)
 
 
+def test_a_step_floor_makes_every_coordinate_reach_that_share_of_the_backed_magnitude():
+    from fl_node.robust import backed_bounds, clamp_step
+
+    # Coordinate 0: the backers' median moves +2 and the step only +0.2 (a captured round that accepted
+    # a free rider); 1: the median moves -2, the step +1 (against it); 2: the median is 0.
+    backers = _votes(*[[2.0, -2.0, 0.0]] * 3)
+    old = {"w": torch.zeros(3)}
+    new = {"w": torch.tensor([0.2, 1.0, 0.5])}
+    assert clamp_step(old, new, backed_bounds(backers, ["w"]))["w"].tolist() == pytest.approx([0.2, 0.0, 0.0])
+    floored = clamp_step(old, new, backed_bounds(backers, ["w"], floor=0.75))
+    assert floored["w"].tolist() == [1.5, -1.5, 0.0]
+    within = {"w": torch.tensor([1.8, -1.6, 0.0])}  # inside [0.75 m, m]: as it is
+    assert torch.equal(clamp_step(old, within, backed_bounds(backers, ["w"], floor=0.75))["w"], within["w"])
+    with pytest.raises(ValueError, match="floor"):
+        backed_bounds(backers, ["w"], floor=-0.1)
+
+
 def test_a_mixing_defense_needs_the_backed_magnitude():
     from fl_node.robust import RoundDefense
 
@@ -645,6 +662,10 @@ def test_a_mixing_defense_needs_the_backed_magnitude():
         RoundDefense(top_k=3, mix_backers=True)
     with pytest.raises(ValueError, match="needs backed_magnitude"):
         RoundDefense(top_k=3, level_backers=True)
+    with pytest.raises(ValueError, match="needs backed_magnitude"):
+        RoundDefense(top_k=3, step_floor=0.5)
+    with pytest.raises(ValueError, match="step_floor"):
+        RoundDefense(top_k=3, backed_magnitude=True, step_floor=1.5)
 
 
 def test_levelled_backers_leave_out_zeros_and_lengthen_what_a_free_riding_minority_shortens():

@@ -30,7 +30,7 @@ export const STRATEGY_GROUPS = [
 // The job's defense against a hostile minority (fl_node.robust.DEFENSES); none is an explicit choice.
 export const DEFAULT_DEFENSE = 'levelled'
 export const DEFENSES = [
-  { value: 'levelled', label: 'Levelled (recommended): mixing, with free riders unable to shrink the step' },
+  { value: 'levelled', label: 'Levelled (recommended): mixing, and every step at least 3/4 of what the mixed updates back' },
   { value: 'mixing', label: 'Mixing: committee defenses and steps bounded by the median of mixed updates' },
   { value: 'robust', label: 'Robust: committee defenses and steps bounded by the median' },
   { value: 'committee', label: 'Committee: clipped relative scores, median-norm clip, sign vote' },
