@@ -565,7 +565,10 @@ def defended_aggregate(
             clip_update(b, clip_norm) if clip_norm is not None else b for b in backers
         ]
         if defense.level_backers:
-            support = level_norms(support, names)
+            levelled = level_norms(support, names)
+            if support and not levelled:  # backers that all move nothing back no move: bound it at 0
+                levelled = [{k: torch.zeros_like(densify(support[0][k]), dtype=torch.float32) for k in names}]
+            support = levelled
         if defense.mix_backers:
             support = nearest_neighbour_mix(support, names)
         bounds = backed_bounds(support, names, floor=defense.step_floor)

@@ -638,6 +638,20 @@ def test_exact_squared_distances_are_one_float_whatever_the_threads():
     assert one[1][2] == pytest.approx(expected, rel=1e-12)
 
 
+def test_backers_that_all_move_nothing_back_no_step():
+    from fl_node.aggregate import get_strategy
+    from fl_node.robust import DEFENSES, defended_aggregate
+
+    state = {"w": torch.zeros(2)}
+    accepted = [WeightedUpdate({"w": torch.tensor([1.0, -1.0])}, 1, "a")]
+    rule = DEFENSES["levelled"].round_defense(top_k=1, norm_bound=None, max_share_bp=10_000)
+    zeros = _votes([0.0, 0.0], [0.0, 0.0])
+    new, _ = defended_aggregate(get_strategy("fedavg"), state, accepted, defense=rule, backers=zeros)
+    assert new["w"].tolist() == [0.0, 0.0]
+    unbacked, _ = defended_aggregate(get_strategy("fedavg"), state, accepted, defense=rule, backers=[])
+    assert unbacked["w"].tolist() == [1.0, -1.0]  # no backers given: the backed magnitude has nothing to say
+
+
 def test_a_step_floor_makes_every_coordinate_reach_that_share_of_the_backed_magnitude():
     from fl_node.robust import backed_bounds, clamp_step
 
