@@ -121,6 +121,10 @@ def _zero(update: Update, _generator: torch.Generator) -> Update:
     return {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in update.items()}
 
 
+# A disguised free rider's noise: far below any trained update's values, far above float32's tiny.
+DISGUISE_STD = 1e-4
+
+
 def _disguised_zero(update: Update, generator: torch.Generator) -> Update:
     return {
         k: (torch.randn(v.shape, generator=generator) * DISGUISE_STD).to(v.dtype)
@@ -130,8 +134,6 @@ def _disguised_zero(update: Update, generator: torch.Generator) -> Update:
     }
 
 
-# A disguised free rider's noise: far below any trained update's values, far above float32's tiny.
-DISGUISE_STD = 1e-4
 BACKDOOR_TARGET = 0
 BACKDOOR_FRACTION = 0.5  # of the attacker's examples that carry the trigger
 TRIGGER_SIZE = 4  # pixels: a white square in the bottom-right corner

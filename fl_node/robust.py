@@ -295,6 +295,7 @@ def backed_bounds(
     bounds = {}
     for name in sorted(names):
         median = coordinate_median([densify(b[name]).to(torch.float32) for b in backers])
+        # floor 0 keeps the defenses without a floor bit for bit: 0 * m would be -0.0 where m < 0.
         least = median * floor if floor else torch.zeros_like(median)
         bounds[name] = (torch.minimum(median, least), torch.maximum(median, least))
     return bounds
