@@ -9,17 +9,23 @@ committee members (two nodes gone for good), in this file's order.
 The whole node SIGKILLed and restarted in every phase of a round
 -----------------------------------------------------------------
 One job (ROUNDS rounds); the test restarts one node (same database, key and chunk store) in
-each phase in turn, in whichever round it is next seen, one restart at a time:
+each phase in turn, one restart at a time:
 
-    training     a trainer whose TRAIN action is running
+    training     a trainer whose TRAIN action is running: in its round's training phase, or
+                 ahead of it while the round before aggregates (a trainer speculates)
     scoring      a committee member that has started scoring (SCORE action open)
     aggregating  a member of the drawn next committee aggregating before any vote is on chain
     voting       a member of the next committee aggregating with another member's vote on chain,
                  before its own
 
-The phase is read as the node knows it (its action rows, tests/faults/phases.py) and the chain
-(the first node's mirror), both from the nodes' databases: milliseconds a look, where the API
-took seconds on a loaded machine and the short phases (aggregating) were over when seen. Each
+Training and scoring are caught when seen, in whichever round that is: the phase is read as the
+node knows it (its action rows, tests/faults/phases.py) and the chain (the first node's mirror),
+both from the nodes' databases, milliseconds a look. The two phases of a vote last less than a
+look on an idle machine (aggregates of a small model, votes mined at once), so they are held
+open instead: every node runs with the test hook ``DEFL_HOLD_PROPOSALS_FILE`` (a file of its own)
+and holds its vote, aggregate stored, while its file exists. The job starts with every node held;
+in the first aggregation the test restarts one elected member (nobody can have voted), lets a
+second one vote alone, restarts the third once that vote is on chain, and then holds nobody. Each
 parametrization checks that its restart happened in its phase, and that the run ended with every
 node's copy of every round's model hashing to the chain's ``GlobalModelFixed``, the job finished
 and no transaction sent twice.
@@ -125,13 +131,13 @@ def _mirror(fed, job_id: int) -> tuple[str, int, str, list[str], list[str]] | No
 
 
 def _find(fed, job_id: int, pending: list[str]):
-    """The first pending phase some node is in now: (phase, node, round) or None."""
+    """The first pending phase of training and scoring some node is in now: (phase, node, round) or
+    None."""
     seen = _mirror(fed, job_id)
     if seen is None:
         return None
     _status, number, current, committee, elected = seen
     rows = {node.address.lower(): (node, actions_of(node, job_id)) for node in fed.nodes}
-    voters: set[str] | None = None
     for phase in pending:
         for address, (node, actions) in rows.items():
             if current == "training":
@@ -143,30 +149,44 @@ def _find(fed, job_id: int, pending: list[str]):
                     return phase, node, number
                 if phase == "scoring" and address in committee and _open(actions, number, "score"):
                     return phase, node, number
-            elif current == "aggregating" and address in elected and phase in ("aggregating", "voting"):
-                if not _open(actions, number, "aggregate"):
-                    continue
-                if voters is None:  # votes are symmetric: any member's vote may come first
-                    voters = {
-                        e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelVoted", number)
-                    }
-                if address in voters:
-                    continue  # voted: its action is ending
-                if bool(voters) == (phase == "voting"):
-                    return phase, node, number
+            elif current == "aggregating" and phase == "training":
+                # Speculating (driver/planner.py): a node not on the next committee trains round
+                # r + 1 on its own aggregate while r aggregates, so from round 2 on, training is
+                # mostly over before the chain opens the round it trains for.
+                if address not in elected and _open(actions, number + 1, "train", running=True):
+                    return phase, node, number + 1
     return None
 
 
-class HeldProposalsFederation(FastFallbackFederation):
-    """Every node holds its vote as a first seat while ``hold_file`` exists (the test hook
-    DEFL_HOLD_PROPOSALS_FILE); nothing is held while it does not, as in the restarts' job."""
+def _aggregating(fed, job_id: int, number: int, elected: list[str]) -> list:
+    """The elected members (next committee of round ``number``) with their AGGREGATE action open
+    and no vote on chain: held, or still aggregating."""
+    voted = {e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelVoted", number)}
+    members = [node_by_address(fed, address) for address in elected if address not in voted]
+    return [m for m in members if _open(actions_of(m, job_id), number, "aggregate")]
 
-    @property
-    def hold_file(self) -> Path:
-        return Path(self.root) / "hold-proposals"
+
+class HeldProposalsFederation(FastFallbackFederation):
+    """Every node holds its vote while its hold file exists (the test hook
+    DEFL_HOLD_PROPOSALS_FILE, a file per node); nothing is held while none does."""
+
+    def hold_file(self, name: str) -> Path:
+        return Path(self.root) / f"hold-proposals-{name}"
+
+    def hold(self, *nodes) -> None:
+        """Hold the votes of ``nodes`` (every node when none is named)."""
+        for node in nodes or self.nodes:
+            self.hold_file(node.spec.name).touch()
+
+    def release(self, *nodes) -> None:
+        """Let ``nodes`` vote (every node when none is named)."""
+        for node in nodes or self.nodes:
+            self.hold_file(node.spec.name).unlink(missing_ok=True)
 
     def _node_env(self, spec, contracts):
-        return super()._node_env(spec, contracts) | {"DEFL_HOLD_PROPOSALS_FILE": str(self.hold_file)}
+        return super()._node_env(spec, contracts) | {
+            "DEFL_HOLD_PROPOSALS_FILE": str(self.hold_file(spec.name))
+        }
 
 
 @pytest.fixture(scope="module")
@@ -189,34 +209,75 @@ def _all_running(fed) -> bool:
 # ----------------------------------------------------------------------------- restart in every phase
 
 
+def _restart(node, phase: str, number: int, restarts: dict) -> None:
+    kill_node(node)
+    killed = time.monotonic()
+    restart_node(node)
+    restarts[phase] = {"node": node.address.lower(), "round": number, "down_s": time.monotonic() - killed}
+    print(f"restarted in {phase}: {restarts[phase]}")
+
+
+def _restart_in_the_vote(fed, job_id: int, number: int, elected: list[str], restarts: dict) -> None:
+    """Round ``number`` aggregates with every node held: restart an elected member before any vote
+    (aggregating), let a second one vote alone, restart the third once that vote is on chain
+    (voting); then hold nobody."""
+    members = wait_until(
+        lambda: found if len(found := _aggregating(fed, job_id, number, elected)) == len(elected) else None,
+        300,
+        f"every elected member of round {number} aggregating",
+        every_s=0.1,
+    )
+    first, second, third = members
+    _restart(first, "aggregating", number, restarts)
+    fed.release(second)
+    wait_until(
+        lambda: acted(fed, job_id, "GlobalModelVoted", number, second.address, "member"),
+        300,
+        f"the second member's vote in round {number}",
+        every_s=0.1,
+    )
+    # Still held (its file exists): a read of its database is [] only while a writer holds it.
+    wait_until(
+        lambda: _open(actions_of(third, job_id), number, "aggregate"), 30, "the third member aggregating"
+    )
+    assert not acted(fed, job_id, "GlobalModelVoted", number, third.address, "member")
+    _restart(third, "voting", number, restarts)
+    fed.release()
+
+
 @pytest.fixture(scope="module")
 def restarted(five_nodes):
     fed = five_nodes
     # The committee scenario below kills two nodes for good: it runs after this one (file order).
     assert _all_running(fed), "a node of the federation is down before the restarts"
+    fed.hold()  # the first aggregation is held until its two restarts are done
     job_id = start_job(fed, rounds=ROUNDS, committee_size=3, top_k=2, round_timeout_s=60, score_timeout_s=20)
     pending = list(PHASES)
     restarts: dict[str, dict] = {}
     deadline = time.monotonic() + 1200
-    while pending and time.monotonic() < deadline:
-        seen = _mirror(fed, job_id)
-        if seen is not None and seen[0] in ("finished", "failed", "cancelled"):
-            break
-        found = _find(fed, job_id, pending)
-        if found is None:
-            time.sleep(0.02)
-            continue
-        phase, node, number = found
-        kill_node(node)
-        killed = time.monotonic()
-        restart_node(node)
-        restarts[phase] = {
-            "node": node.address.lower(),
-            "round": number,
-            "down_s": time.monotonic() - killed,
-        }
-        pending.remove(phase)
-        print(f"restarted in {phase}: {restarts[phase]}")
+    try:
+        while pending and time.monotonic() < deadline:
+            seen = _mirror(fed, job_id)
+            if seen is not None and seen[0] in ("finished", "failed", "cancelled"):
+                break
+            if (
+                seen is not None
+                and seen[2] == "aggregating"
+                and "aggregating" in pending
+                and len(seen[4]) == 3
+            ):
+                _restart_in_the_vote(fed, job_id, seen[1], seen[4], restarts)
+                pending = [p for p in pending if p not in ("aggregating", "voting")]
+                continue
+            found = _find(fed, job_id, [p for p in pending if p in ("training", "scoring")])
+            if found is None:
+                time.sleep(0.02)
+                continue
+            phase, node, number = found
+            _restart(node, phase, number, restarts)
+            pending.remove(phase)
+    finally:
+        fed.release()
     job = fed.wait_for_job(job_id, timeout_s=1200)
     yield {
         "fed": fed,
@@ -260,7 +321,7 @@ def killed_members(five_nodes):
     assert _all_running(fed), "a node of the federation is down before the committee is killed"
     # From the start a first seat holds its vote (until the file goes): round 1's training can be
     # over within the second between two polls of its phase, so the hold is not left for later.
-    fed.hold_file.touch()
+    fed.hold()
     job_id = start_job(
         fed,
         brightness=0.9,  # records of its own: the restarts' job registered the plain digits
@@ -293,7 +354,7 @@ def killed_members(five_nodes):
     if scorer.address.lower() in elected:
         # The draw seated the dead scorer on round 1's aggregating committee: it is the member gone
         # before its vote, and no other is killed (two gone of three would leave no majority).
-        fed.hold_file.unlink()
+        fed.release()
         gone = scorer
     else:
         gone = node_by_address(fed, elected[0])
@@ -302,7 +363,7 @@ def killed_members(five_nodes):
             lambda: has_action(gone, job_id, 1, "aggregate"), 300, "the first seat aggregating round 1"
         )
         kill_node(gone)
-        fed.hold_file.unlink()
+        fed.release()
     alive = [n for n in fed.nodes if n not in (scorer, gone)]
     job = _wait_for_end(fed, job_id, alive, 900)
     yield {
