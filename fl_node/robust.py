@@ -234,6 +234,24 @@ def mask_from_votes(
     return mask
 
 
+def moved_by_most(
+    votes: Iterable[Mapping[str, torch.Tensor]], names: Iterable[str]
+) -> dict[str, torch.Tensor]:
+    """Per coordinate of the tensors ``names`` (bool): whether more of the ``votes`` (:func:`vote_signs`
+    of every submission that may vote, voters and witnesses alike; abstentions left out) move it
+    than leave it at exactly 0. Committee roles do not enter: a committee cannot change the answer by
+    judging honest updates harmful, and a minority cannot change it by what it sends. Integer
+    counts: every node gets the same answer."""
+    votes = list(votes)
+    moved = {}
+    for name in sorted(names):
+        moving = torch.zeros(votes[0][name].shape if votes else (), dtype=torch.int32)
+        for vote in votes:
+            moving += vote[name] != 0
+        moved[name] = 2 * moving > len(votes)
+    return moved
+
+
 def median_norm(updates: Iterable[Update]) -> float | None:
     """The median L2 norm of the non-zero, finite ``updates`` (lower middle for an even count; None
     if there is none): FLAME's adaptive clipping bound (Nguyen et al. 2022), which a minority of
@@ -282,21 +300,37 @@ def apply_sign_majority(
 
 
 def backed_bounds(
-    backers: Sequence[Update | Mapping[str, torch.Tensor]], names: Iterable[str], *, floor: float = 0.0
+    backers: Sequence[Update | Mapping[str, torch.Tensor]],
+    names: Iterable[str],
+    *,
+    floor: float = 0.0,
+    floor_votes: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
     """Per tensor of ``names``, the (low, high) each coordinate of a step may reach: with ``m`` the
     coordinate median of the ``backers`` (fl_node.aggregate.coordinate_median, exact), between
     ``floor * m`` and ``m``: ``low = min(m, floor * m)``, ``high = max(m, floor * m)`` (``floor`` 0:
-    between 0 and m). None without backers (nothing bounds the step)."""
+    between 0 and m). With ``floor_votes`` (the round's votes, voters' and witnesses',
+    :func:`vote_signs`), the floor holds only where most of them move the coordinate
+    (:func:`moved_by_most`); elsewhere the step may stay at 0. None without backers (nothing bounds
+    the step)."""
     if not 0.0 <= floor <= 1.0:
         raise ValueError(f"floor must be in [0, 1], got {floor}")
     if not backers:
         return None
+    medians = {
+        name: coordinate_median([densify(b[name]).to(torch.float32) for b in backers])
+        for name in sorted(names)
+    }
+    moved = moved_by_most(floor_votes, medians) if floor and floor_votes is not None else None
     bounds = {}
-    for name in sorted(names):
-        median = coordinate_median([densify(b[name]).to(torch.float32) for b in backers])
+    for name, median in medians.items():
         # floor 0 keeps the defenses without a floor bit for bit: 0 * m would be -0.0 where m < 0.
         least = median * floor if floor else torch.zeros_like(median)
+        if moved is not None:
+            # A weight most submissions leave at exactly 0 (a trigger's pixels, black in every
+            # clean image), reached only by mixes that hold an attacker, gets no floor: the floor
+            # lifts what the honest majority moves, never what it testifies it never moves.
+            least = torch.where(moved[name], least, torch.zeros_like(median))
         bounds[name] = (torch.minimum(median, least), torch.maximum(median, least))
     return bounds
 
@@ -542,6 +576,7 @@ def defended_aggregate(
     coordinate median of ``backers`` (the submissions that may vote themselves, voters and
     witnesses, dense; each clipped to ``clip_norm`` here, then levelled and mixed as the defense says). Deterministic in its inputs; the unchanged model when nothing is left to
     combine."""
+    voters, witnesses = list(voters), list(witnesses)  # read by the sign vote and by the floor
     accepted = [u for u in accepted if within_norm_bound(u.update, defense.norm_bound)]
     if defense.clip_to_median and clip_norm is not None:
         accepted = [WeightedUpdate(clip_update(u.update, clip_norm), u.num_samples, u.id) for u in accepted]
@@ -572,7 +607,8 @@ def defended_aggregate(
             support = levelled
         if defense.mix_backers:
             support = nearest_neighbour_mix(support, names)
-        bounds = backed_bounds(support, names, floor=defense.step_floor)
+        floor_votes = [*voters, *witnesses] if defense.sign_vote is not None else None
+        bounds = backed_bounds(support, names, floor=defense.step_floor, floor_votes=floor_votes)
         if bounds is not None:
             new_state = clamp_step(global_state, new_state, bounds)
     return new_state, server_state

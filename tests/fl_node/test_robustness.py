@@ -669,6 +669,72 @@ def test_a_step_floor_makes_every_coordinate_reach_that_share_of_the_backed_magn
         backed_bounds(backers, ["w"], floor=-0.1)
 
 
+def test_the_floor_lifts_only_what_most_submissions_move():
+    from fl_node.robust import backed_bounds, clamp_step, moved_by_most, vote_signs
+
+    # Coordinate 0: every submission moves it; 1: a trigger weight that honest data never moves (the
+    # four honest updates leave it at exactly 0), moved by three attackers alone.
+    submissions = _votes(*[[2.0, 0.0]] * 4, *[[2.0, 3.0]] * 3)
+    votes = [vote_signs(u) for u in submissions]
+    assert moved_by_most(votes, ["w"])["w"].tolist() == [True, False]
+    # Backers whose median reaches the trigger weight (mixes that hold an attacker): without the votes
+    # the floor would lift a step the sign vote zeroed there to 3/4 of it; with them it stays at 0.
+    backers = _votes(*[[2.0, 1.0]] * 3)
+    old, new = {"w": torch.zeros(2)}, {"w": torch.zeros(2)}
+    assert clamp_step(old, new, backed_bounds(backers, ["w"], floor=0.75))["w"].tolist() == [1.5, 0.75]
+    floored = clamp_step(old, new, backed_bounds(backers, ["w"], floor=0.75, floor_votes=votes))
+    assert floored["w"].tolist() == [1.5, 0.0]
+    # A tie is not "most"; all-zero updates abstain (vote_signs: None) and are no votes at all.
+    tie = [vote_signs(u) for u in _votes([1.0, 0.0], [0.0, 0.0001], [1.0, 0.0], [0.0, 1.0])]
+    assert moved_by_most(tie, ["w"])["w"].tolist() == [False, False]
+    assert vote_signs(_votes([0.0, 0.0])[0]) is None
+
+
+def test_a_captured_round_gets_no_floor_on_a_weight_honest_updates_never_move():
+    from fl_node.aggregate import get_strategy
+    from fl_node.robust import (
+        DEFENSES,
+        backed_bounds,
+        defended_aggregate,
+        level_norms,
+        nearest_neighbour_mix,
+        vote_signs,
+    )
+
+    # Non-IID honest updates that never move weight 1 (a corner pixel black in every clean image),
+    # three attackers near their centre that do; a captured committee accepts one accomplice.
+    honest = _votes([1.0, 0.0], [4.0, 0.0], [-2.0, 0.0], [6.0, 0.0])
+    attackers = _votes(*[[2.5, 0.5]] * 3)
+    submissions = honest + attackers
+    # Most mixes hold an attacker: their median reaches weight 1, where a floor would lift the step.
+    mixes = nearest_neighbour_mix(level_norms(submissions, ["w"]), ["w"])
+    assert backed_bounds(mixes, ["w"], floor=0.75)["w"][0][1].item() > 0.25
+    rule = DEFENSES["levelled"].round_defense(top_k=4, norm_bound=None, max_share_bp=10_000)
+    accomplice = [WeightedUpdate(attackers[0], 1, "accomplice")]
+    votes = [vote_signs(u) for u in submissions]
+    new, _ = defended_aggregate(
+        get_strategy("fedavg"),
+        {"w": torch.zeros(2)},
+        accomplice,
+        defense=rule,
+        voters=votes,
+        backers=submissions,
+    )
+    assert new["w"][1].item() == 0.0  # the sign vote refused it, and the floor does not undo that
+    assert new["w"][0].item() == pytest.approx(0.75 * backed_bounds(mixes, ["w"])["w"][1][0].item())
+    # Judging the honest updates harmful (witnesses) changes neither: roles do not enter the floor.
+    judged, _ = defended_aggregate(
+        get_strategy("fedavg"),
+        {"w": torch.zeros(2)},
+        accomplice,
+        defense=rule,
+        voters=votes[4:],
+        witnesses=votes[:4],
+        backers=submissions,
+    )
+    assert torch.equal(judged["w"], new["w"])
+
+
 def test_a_mixing_defense_needs_the_backed_magnitude():
     from fl_node.robust import RoundDefense
 
