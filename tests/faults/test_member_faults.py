@@ -163,7 +163,7 @@ def _aggregating(fed, job_id: int, number: int, elected: list[str]) -> list:
     and no vote on chain: held, or still aggregating."""
     voted = {e.args["member"].lower() for e in fl_events(fed, job_id, "GlobalModelVoted", number)}
     members = [node_by_address(fed, address) for address in elected if address not in voted]
-    return [m for m in members if _open(actions_of(m, job_id), number, "aggregate")]
+    return [m for m in members if has_action(m, job_id, number, "aggregate")]
 
 
 class HeldProposalsFederation(FastFallbackFederation):
@@ -237,9 +237,7 @@ def _restart_in_the_vote(fed, job_id: int, number: int, elected: list[str], rest
         every_s=0.1,
     )
     # Still held (its file exists): a read of its database is [] only while a writer holds it.
-    wait_until(
-        lambda: _open(actions_of(third, job_id), number, "aggregate"), 30, "the third member aggregating"
-    )
+    wait_until(lambda: has_action(third, job_id, number, "aggregate"), 30, "the third member aggregating")
     assert not acted(fed, job_id, "GlobalModelVoted", number, third.address, "member")
     _restart(third, "voting", number, restarts)
     fed.release()
