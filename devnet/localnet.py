@@ -16,6 +16,8 @@ operator would, through ``manage.py`` and the REST API.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import io
 import os
 import secrets
@@ -23,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -151,28 +154,14 @@ class LocalFederation:
             self.nodes.append(LocalNode(spec, web))
         for node, url in zip(self.nodes, self._start_chain(), strict=True):
             node.web.extra_env["DEFL_CHAIN_URL"] = url
-        for i, node in enumerate(self.nodes):
-            self._prepare_database(node, i)
+        self._prepare_databases()
         first = self.nodes[0]
         first.web.manage(
             "ledger", "deploy", *(["--allow-small-committees"] if self.allow_small_committees else [])
         )
         small = ", development flag: small committees allowed" if self.allow_small_committees else ""
         self.log(f"contracts deployed ({contracts}{small})")
-        # Each organization reads the chain from its own validator: what one did must have reached
-        # every validator before the next acts on it (anvil: at once).
-        self.wait_chain_settled()
-        for i, node in enumerate(self.nodes):
-            node.web.manage("node", "init")
-            for voter in self.nodes[:i]:  # the members vote the applicant in
-                self.wait_chain_settled()
-                voter.web.manage("node", "admit", node.address)
-            self.wait_chain_settled()
-            out = node.web.manage(
-                "node", "adduser", OPERATOR, "--role", "operator", "--password-env", "DEFL_DEMO_PASSWORD"
-            ).stdout
-            node.token = out.rsplit("API token:", 1)[1].strip()
-            self.log(f"node {node.spec.name}: {node.address} registered")
+        self._register_nodes()
         for node in self.nodes:
             node.web.start(wait=False)
         for node in self.nodes:
@@ -182,6 +171,43 @@ class LocalFederation:
                 node.start_worker()
         self.log("nodes up: " + ", ".join(f"{n.spec.name} {n.url}" for n in self.nodes))
         return self
+
+    def _register_nodes(self) -> None:
+        """Each node's key registered on chain and voted in by the members before it, and its
+        operator's account created. Every step is a process of its own (``manage.py``, a second or
+        two of imports): the steps that do not depend on each other run side by side, the first
+        node's registration (it founds the consortium) and the admission votes (each applicant needs
+        the members before it, which must be members themselves) one after another."""
+        # Each organization reads the chain from its own validator: what one did must have reached
+        # every validator before the next acts on it (anvil: at once).
+        self.wait_chain_settled()
+        first, applicants = self.nodes[0], self.nodes[1:]
+
+        def add_operator(node: LocalNode) -> None:
+            out = node.web.manage(
+                "node", "adduser", OPERATOR, "--role", "operator", "--password-env", "DEFL_DEMO_PASSWORD"
+            ).stdout
+            node.token = out.rsplit("API token:", 1)[1].strip()
+
+        def apply(node: LocalNode) -> None:
+            node.web.manage("node", "init")
+            add_operator(node)
+
+        first.web.manage("node", "init")
+        self.wait_chain_settled()
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            list(
+                pool.map(
+                    lambda job: job[0](job[1]), [(add_operator, first), *((apply, n) for n in applicants)]
+                )
+            )
+        self.log(f"node {first.spec.name}: {first.address} registered")
+        for i, node in enumerate(applicants, start=1):
+            for voter in self.nodes[:i]:  # the members vote the applicant in
+                self.wait_chain_settled()
+                voter.web.manage("node", "admit", node.address)
+            self.wait_chain_settled()
+            self.log(f"node {node.spec.name}: {node.address} registered")
 
     def stop(self) -> None:
         # Every node at once: each takes seconds to wind down (its agent ends its tick, its web
@@ -275,6 +301,16 @@ class LocalFederation:
             env["DEFL_EVM_VERSION"] = "london"  # the EthereumJS client's Clique stops before the merge
         return env
 
+    def _prepare_databases(self) -> None:
+        """Every node's database, migrated. The first SQLite schema is made first (the others copy
+        it); MariaDB databases, each migrated on its own, side by side."""
+        first_sqlite = next((i for i, n in enumerate(self.nodes) if n.spec.database != "mariadb"), None)
+        if first_sqlite is not None:
+            self._prepare_database(self.nodes[first_sqlite], first_sqlite)
+        rest = [(i, n) for i, n in enumerate(self.nodes) if i != first_sqlite]
+        with ThreadPoolExecutor(max(1, len(rest))) as pool:
+            list(pool.map(lambda entry: self._prepare_database(entry[1], entry[0]), rest))
+
     def _prepare_database(self, node: LocalNode, index: int) -> None:
         if node.spec.database == "mariadb":
             node.database_name = f"defl_{node.spec.name}_{uuid.uuid4().hex[:8]}"
@@ -284,11 +320,14 @@ class LocalFederation:
             node.web.extra_env["DATABASE_URL"] = f"{self.mariadb_url}/{node.database_name}"
             node.web.migrate()
         else:
-            # Migrating costs ~10 s a node: the first fresh SQLite schema is copied to the others.
-            template = self.root / "template.sqlite3"
+            # Migrating costs seconds a node: a fresh SQLite schema is made once for these migrations
+            # and copied to every node of every federation that has them.
+            template = _schema_template()
             if not template.exists():
                 node.web.migrate()
-                shutil.copyfile(node.web.data_dir / "db.sqlite3", template)
+                partial = template.with_name(f"{template.name}.{uuid.uuid4().hex}")
+                shutil.copyfile(node.web.data_dir / "db.sqlite3", partial)
+                os.replace(partial, template)  # atomic: another process never reads half a schema
             else:
                 shutil.copyfile(template, node.web.data_dir / "db.sqlite3")
         if node.spec.celery:
@@ -460,6 +499,17 @@ def _raise_for(response: requests.Response) -> None:
         raise RuntimeError(
             f"{response.request.method} {response.url} -> {response.status_code}: {response.text[:500]}"
         )
+
+
+def _schema_template() -> Path:
+    """Where a freshly migrated SQLite database of this checkout's migrations is kept: named by a
+    hash of every migration file and Django's version, so a changed migration makes a new one."""
+    digest = hashlib.sha256(importlib.metadata.version("django").encode())
+    for path in sorted((REPO_ROOT / "backend").glob("*/migrations/*.py")):
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = Path(tempfile.gettempdir()) / "defl-schemas"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{digest.hexdigest()[:32]}.sqlite3"
 
 
 def _mariadb_execute(url: str, statement: str) -> None:
