@@ -16,16 +16,12 @@ operator would, through ``manage.py`` and the REST API.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import io
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -302,8 +298,8 @@ class LocalFederation:
         return env
 
     def _prepare_databases(self) -> None:
-        """Every node's database, migrated. The first SQLite schema is made first (the others copy
-        it); MariaDB databases, each migrated on its own, side by side."""
+        """Every node's database, migrated, side by side; the first SQLite one first, which makes
+        the schema the others copy when this checkout has none yet (NodeProcess.migrate)."""
         first_sqlite = next((i for i, n in enumerate(self.nodes) if n.spec.database != "mariadb"), None)
         if first_sqlite is not None:
             self._prepare_database(self.nodes[first_sqlite], first_sqlite)
@@ -318,18 +314,7 @@ class LocalFederation:
                 self.mariadb_url, f"CREATE DATABASE `{node.database_name}` CHARACTER SET utf8mb4"
             )
             node.web.extra_env["DATABASE_URL"] = f"{self.mariadb_url}/{node.database_name}"
-            node.web.migrate()
-        else:
-            # Migrating costs seconds a node: a fresh SQLite schema is made once for these migrations
-            # and copied to every node of every federation that has them.
-            template = _schema_template()
-            if not template.exists():
-                node.web.migrate()
-                partial = template.with_name(f"{template.name}.{uuid.uuid4().hex}")
-                shutil.copyfile(node.web.data_dir / "db.sqlite3", partial)
-                os.replace(partial, template)  # atomic: another process never reads half a schema
-            else:
-                shutil.copyfile(template, node.web.data_dir / "db.sqlite3")
+        node.web.migrate()  # SQLite: a copy of this checkout's migrated schema (NodeProcess.migrate)
         if node.spec.celery:
             node.redis_db = 8 + index
             broker = f"{self.redis_url}/{node.redis_db}"
@@ -499,17 +484,6 @@ def _raise_for(response: requests.Response) -> None:
         raise RuntimeError(
             f"{response.request.method} {response.url} -> {response.status_code}: {response.text[:500]}"
         )
-
-
-def _schema_template() -> Path:
-    """Where a freshly migrated SQLite database of this checkout's migrations is kept: named by a
-    hash of every migration file and Django's version, so a changed migration makes a new one."""
-    digest = hashlib.sha256(importlib.metadata.version("django").encode())
-    for path in sorted((REPO_ROOT / "backend").glob("*/migrations/*.py")):
-        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
-    folder = Path(tempfile.gettempdir()) / "defl-schemas"
-    folder.mkdir(exist_ok=True)
-    return folder / f"{digest.hexdigest()[:32]}.sqlite3"
 
 
 def _mariadb_execute(url: str, statement: str) -> None:

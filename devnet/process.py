@@ -13,12 +13,15 @@ environment; ``NodeProcess`` owns exactly the process it started and stops only 
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +32,17 @@ from eth_account import Account
 from devnet.anvil import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def schema_template() -> Path:
+    """Where a freshly migrated SQLite database of this checkout's migrations is kept: named by a hash
+    of every migration file and Django's version, so a changed migration makes a new one."""
+    digest = hashlib.sha256(importlib.metadata.version("django").encode())
+    for path in sorted((REPO_ROOT / "backend").glob("*/migrations/*.py")):
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = Path(tempfile.gettempdir()) / "defl-schemas"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{digest.hexdigest()[:32]}.sqlite3"
 
 
 class ManageError(subprocess.CalledProcessError):
@@ -107,6 +121,23 @@ class NodeProcess:
         return done
 
     def migrate(self) -> None:
+        """This node's database migrated. A new SQLite database is a copy of this checkout's migrated
+        schema (:func:`schema_template`), made by the first node that needs it: migrating costs
+        seconds a node, and no migration writes node-specific rows."""
+        database = self.data_dir / "db.sqlite3"
+        template = schema_template()
+        if self.environ()["DATABASE_URL"] == f"sqlite:///{database}" and not database.exists():
+            if template.exists():
+                shutil.copyfile(template, database)
+                return
+            self._migrate()
+            partial = template.with_name(f"{template.name}.{secrets.token_hex(8)}")
+            shutil.copyfile(database, partial)
+            os.replace(partial, template)  # atomic: another process never reads half a schema
+            return
+        self._migrate()
+
+    def _migrate(self) -> None:
         # --skip-checks: the checks import every view (and torch), seconds a call; `check` covers them.
         self.manage("migrate", "--noinput", "--skip-checks")
 
