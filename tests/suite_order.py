@@ -14,22 +14,29 @@ from __future__ import annotations
 
 import pytest
 
-# Seconds a file took (setup, calls and teardown) on the 2-core machine: the CI run of the
-# README's command on a fresh clone (pytest --durations, two workers, under load) where known,
-# else measured alone (-n 0). Only the order depends on them: a stale figure costs balance, not
-# correctness (tests/test_suite_order.py checks that every file named here exists).
+# Seconds a file took (setup, calls and teardown) on the 2-core machine: a run of the README's
+# command (pytest --durations, two workers) on 2026-12-06. Only the order depends on them: a stale
+# figure costs balance, not correctness (tests/test_suite_order.py checks that every file named
+# here exists).
 FILE_SECONDS = {
-    "tests/browser/test_federation_browser.py": 384,
-    # restart-in-every-phase (311 s) and committee-kill (269 s) on one federation: less its start
-    "tests/faults/test_member_faults.py": 480,
-    "tests/adversarial/test_hostile_protocol.py": 227,
-    "tests/faults/test_trainer_killed.py": 212,
-    "tests/adversarial/test_hostile_federation.py": 197,
-    # measured alone: two jobs of three honest nodes and three hostile keys (the draws, the weights)
-    "tests/adversarial/test_hostile_production.py": 600,
-    # measured alone under load 13: three Clique validators, a 2-round job, one validator killed
-    "tests/e2e/test_consortium.py": 694,
-    "tests/devnet/test_clique.py": 360,
+    # the draws decide: each round the hostile key is seated in waits for its deadlines (180 s)
+    "tests/adversarial/test_hostile_federation.py": 380,
+    "tests/browser/test_federation_browser.py": 340,
+    "tests/devnet/test_clique.py": 340,  # three Clique networks of its own
+    "tests/adversarial/test_hostile_production.py": 295,
+    "tests/e2e/test_consortium.py": 280,
+    # restart-in-every-phase and committee-kill: two federations
+    "tests/faults/test_member_faults.py": 220,
+    "tests/adversarial/test_hostile_protocol.py": 170,
+    "tests/faults/test_trainer_killed.py": 135,
+    "tests/e2e/test_federation.py": 95,
+    "tests/browser/test_dashboard_faults.py": 91,
+    "tests/faults/test_restore_mid_job.py": 75,
+    "tests/faults/test_rpc_outage.py": 65,
+    "tests/e2e/test_cli_and_metrics.py": 50,
+    "tests/faults/test_broker_restart.py": 50,
+    "tests/faults/test_database_restart.py": 45,
+    "tests/e2e/test_sparse_federation.py": 45,
 }
 # A file not in FILE_SECONDS: a guess from its marks (its longest), else a second a test.
 MARK_SECONDS = {"e2e": 150.0, "browser": 60.0, "slow": 30.0}
