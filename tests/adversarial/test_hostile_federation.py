@@ -457,10 +457,10 @@ def attacked(federation, w3, deployment, mallory, outsider, endpoints):
         # A round whose only seat is mallory's (the draw seats it one time in four) ends at its
         # commit deadline: the training period plus half the scoring period after it opened.
         # With 600 + 300 s that was 750 s of a CI run (1050 s of setup), with 240 + 90 s 285 s (a
-        # 523 s setup). 150 + 60 s costs a silent seat 180 s and still leaves honest training (an
-        # MLP on 475 digits, seconds) and scoring (a 30 s commit window) many times their time
-        # on a loaded machine.
-        "round_timeout_s": 150,
+        # 523 s setup), with 150 + 60 s 180 s a seat (a 371 s setup). 90 + 60 s costs a silent seat
+        # 120 s and still leaves honest training (an MLP on 475 digits, seconds, mostly done ahead
+        # of its round) and scoring (a 30 s commit window) many times their time on a loaded machine.
+        "round_timeout_s": 90,
         "score_timeout_s": 60,
     }
     job = federation.create_job(honest[0], payload)
