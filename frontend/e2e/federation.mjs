@@ -54,6 +54,9 @@ const jobName = `e2e-federation-${Date.now()}`
 const shots = screenshotter(env('DEFL_SCREENSHOTS', 'out/screenshots/federation'))
 const failures = []
 const steps = []
+const began = Date.now()
+// Each step with the seconds since the start: a slow run says where its time went.
+const step = (text) => steps.push(`${Math.round((Date.now() - began) / 1000)} s: ${text}`)
 let current = 'start'
 
 // Element Plus widgets, driven as a user would.
@@ -111,7 +114,10 @@ async function createJob(page, name, dataset, { expectMembers = nodes.length } =
   await fillNumber(page, 'Top-k accepted updates', config.topK)
   await fillNumber(page, 'Minimum trainers', config.minTrainers)
   await fillNumber(page, 'Round deadline (seconds)', config.roundTimeout)
-  check(failures, !(await page.locator('[data-test=job-plan-problems]').count()), `the wizard refuses a startable job: ${await page.locator('[data-test=job-plan-problems]').innerText().catch(() => '')}`)
+  // The message is read only when there are problems: innerText() of a missing element waits out
+  // Playwright's whole timeout (30 s) before it fails.
+  const problems = page.locator('[data-test=job-plan-problems]')
+  if (await problems.count()) check(failures, false, `the wizard refuses a startable job: ${await problems.innerText()}`)
   await shots.shot(page, `node0-job-form-${name.endsWith('-cancel') ? 'cancel' : 'main'}`)
   await page.locator('[data-test=job-submit]').click()
   const error = page.locator('[data-test=job-error] .el-alert__title, [data-test=job-form] .el-form-item__error').first()
@@ -168,7 +174,7 @@ async function grantAndRevoke(owner, grantee, dataset, granteeAddress) {
   await owner.page.locator('[data-test=grant-state]', { hasText: 'revoked' }).waitFor({ timeout: 60000 })
   current = 'node 1 sees the revocation'
   await grantee.page.locator('[data-test=granted-to-me] [data-test=granted-state]', { hasText: 'revoked' }).waitFor({ timeout: 60000 })
-  steps.push(`dataset ${dataset.id} granted to node 1 and revoked`)
+  step(`dataset ${dataset.id} granted to node 1 and revoked`)
 }
 
 async function watchRounds(page) {
@@ -181,7 +187,7 @@ async function watchRounds(page) {
     const phase = await page.locator('[data-test=current-phase]').innerText().catch(() => '')
     const status = (await page.locator('[data-test=job-summary] .el-tag').first().innerText().catch(() => '')).toLowerCase()
     if (phase !== lastPhase) {
-      steps.push(`phase: ${phase} (${status})`)
+      step(`phase: ${phase} (${status})`)
       lastPhase = phase
     }
     const doneRounds = await page.locator('[data-test=round-timeline] .el-tag--success').count()
@@ -208,7 +214,7 @@ async function findRejectedUpdate(page) {
   for (let i = await headers.count(); i > 0; i -= 1) await headers.first().click()
   const rejected = page.locator('[data-test=update-rejected]')
   const count = await rejected.count()
-  steps.push(`rejected updates: ${count}`)
+  step(`rejected updates: ${count}`)
   if (config.expectRejected) check(failures, count > 0, 'no rejected update is shown')
   if (config.attacker && count) {
     const trainers = await page.locator('tr.rejected-row td:first-child [title]').evaluateAll((els) => els.map((el) => el.title.toLowerCase()))
@@ -228,7 +234,7 @@ async function downloadAndPredict(page, baseUrl, csvFile) {
   // safetensors: an 8-byte little-endian header length, then a JSON header.
   const headerLength = Number(bytes.readBigUInt64LE(0))
   check(failures, bytes.length > 8 + headerLength && bytes[8] === 0x7b, `the downloaded model is not a safetensors file (${statSync(path).size} bytes)`)
-  steps.push(`model downloaded: ${download.suggestedFilename()} ${bytes.length} bytes`)
+  step(`model downloaded: ${download.suggestedFilename()} ${bytes.length} bytes`)
   if (csvFile?.endsWith('.csv')) {
     const [header, row] = readFileSync(csvFile, 'utf8').split(/\r?\n/)
     const labelIndex = header.split(',').indexOf(config.label)
@@ -236,7 +242,7 @@ async function downloadAndPredict(page, baseUrl, csvFile) {
     await page.locator('[data-test=predict-form] textarea').fill(features.join(','))
     await page.locator('[data-test=predict-submit]').click()
     await page.locator('[data-test=predict-result]').waitFor({ timeout: 60000 })
-    steps.push(`prediction: ${(await page.locator('[data-test=predict-result] p').innerText()).trim()}`)
+    step(`prediction: ${(await page.locator('[data-test=predict-result] p').innerText()).trim()}`)
   }
   await shots.shot(page, 'node0-models')
 }
@@ -255,19 +261,19 @@ try {
   for (const [index, { page, baseUrl }] of pages.entries()) {
     current = `node ${index} upload`
     uploaded.push(await uploadDataset(page, baseUrl, datasets[index], index))
-    steps.push(`node ${index}: dataset ${uploaded[index].name} stored as ${uploaded[index].id}`)
+    step(`node ${index}: dataset ${uploaded[index].name} stored as ${uploaded[index].id}`)
   }
   const [first] = pages
   if (pages.length > 1) await grantAndRevoke(first, pages[1], uploaded[0], process.env.DEFL_GRANTEE_ADDRESS || '')
   current = 'node 0 create job'
   const jobPath = await createJob(first.page, jobName, uploaded[0])
-  steps.push(`job created and joined by node 0: ${jobPath}`)
+  step(`job created and joined by node 0: ${jobPath}`)
   check(failures, (await first.page.locator('[data-test=start-waiting]').count()) === 1, 'Start is offered before enough nodes joined')
   for (const [index, { page }] of pages.entries()) {
     if (index === 0) continue
     current = `node ${index} join`
     await joinJob(page, uploaded[index], index)
-    steps.push(`node ${index} joined`)
+    step(`node ${index} joined`)
   }
   current = 'node 0 start'
   // The job page follows the joins by itself; Start appears once enough participants joined.
@@ -295,7 +301,7 @@ try {
   check(failures, !(await first.page.locator('[data-test=rounds-to-come]').count()), 'a cancelled job still shows rounds to come')
   check(failures, !(await first.page.locator('[data-test=cancel-job]').count()), 'a cancelled job still offers Cancel')
   await shots.shot(first.page, 'node0-job-cancelled')
-  steps.push(`job ${cancelPath} cancelled`)
+  step(`job ${cancelPath} cancelled`)
 } catch (error) {
   failures.push(`${current}: ${error.message.split('\n')[0]}`)
   for (const [index, { page }] of pages.entries()) await shots.shot(page, `failure-node${index}`).catch(() => {})
