@@ -192,11 +192,9 @@ class LocalFederation:
         first.web.manage("node", "init")
         self.wait_chain_settled()
         with ThreadPoolExecutor(len(self.nodes)) as pool:
-            list(
-                pool.map(
-                    lambda job: job[0](job[1]), [(add_operator, first), *((apply, n) for n in applicants)]
-                )
-            )
+            steps = [pool.submit(add_operator, first), *(pool.submit(apply, n) for n in applicants)]
+            for step in steps:
+                step.result()  # a step's failure is the start's
         self.log(f"node {first.spec.name}: {first.address} registered")
         for i, node in enumerate(applicants, start=1):
             for voter in self.nodes[:i]:  # the members vote the applicant in
@@ -303,9 +301,10 @@ class LocalFederation:
         first_sqlite = next((i for i, n in enumerate(self.nodes) if n.spec.database != "mariadb"), None)
         if first_sqlite is not None:
             self._prepare_database(self.nodes[first_sqlite], first_sqlite)
-        rest = [(i, n) for i, n in enumerate(self.nodes) if i != first_sqlite]
+        rest = [(n, i) for i, n in enumerate(self.nodes) if i != first_sqlite]
         with ThreadPoolExecutor(max(1, len(rest))) as pool:
-            list(pool.map(lambda entry: self._prepare_database(entry[1], entry[0]), rest))
+            for prepared in [pool.submit(self._prepare_database, *entry) for entry in rest]:
+                prepared.result()
 
     def _prepare_database(self, node: LocalNode, index: int) -> None:
         if node.spec.database == "mariadb":

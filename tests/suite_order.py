@@ -19,23 +19,22 @@ import pytest
 # figure costs balance, not correctness (tests/test_suite_order.py checks that every file named
 # here exists).
 FILE_SECONDS = {
-    # the draws decide: each round the hostile key is seated in waits for its deadlines (180 s)
-    "tests/adversarial/test_hostile_federation.py": 380,
-    "tests/browser/test_federation_browser.py": 340,
-    "tests/devnet/test_clique.py": 340,  # three Clique networks of its own
     "tests/adversarial/test_hostile_production.py": 295,
     "tests/e2e/test_consortium.py": 280,
-    # restart-in-every-phase and committee-kill: two federations
-    "tests/faults/test_member_faults.py": 220,
-    "tests/adversarial/test_hostile_protocol.py": 170,
+    "tests/browser/test_federation_browser.py": 280,
+    # the draws decide: each round the hostile key is seated in waits for its deadlines (120 s)
+    "tests/adversarial/test_hostile_federation.py": 250,
+    "tests/devnet/test_clique.py": 225,  # two Clique networks of its own
+    "tests/faults/test_member_faults.py": 220,  # two federations
+    "tests/adversarial/test_hostile_protocol.py": 200,  # the draws decide (160-240 s)
     "tests/faults/test_trainer_killed.py": 135,
-    "tests/e2e/test_federation.py": 95,
-    "tests/browser/test_dashboard_faults.py": 91,
-    "tests/faults/test_restore_mid_job.py": 75,
+    "tests/e2e/test_federation.py": 80,
+    "tests/browser/test_dashboard_faults.py": 85,
+    "tests/faults/test_restore_mid_job.py": 85,
     "tests/faults/test_rpc_outage.py": 65,
+    "tests/faults/test_database_restart.py": 60,
     "tests/e2e/test_cli_and_metrics.py": 50,
     "tests/faults/test_broker_restart.py": 50,
-    "tests/faults/test_database_restart.py": 45,
     "tests/e2e/test_sparse_federation.py": 45,
 }
 # A file not in FILE_SECONDS: a guess from its marks (its longest), else a second a test.

@@ -20,6 +20,7 @@ from backend.ledger.chains import connect
 from backend.ledger.client import ChainClient
 from backend.ledger.deployment import Ledger, load_deployment
 from backend.ledger.resources import JobStatus
+from devnet import clique
 from devnet.localnet import LocalFederation, NodeSpec
 from fl_node.data import load_dataset
 from fl_node.partition import partition
@@ -149,3 +150,4 @@ def test_each_node_reads_its_own_organizations_validator(federation):
     assert federation.clique is not None
     urls = federation.chain_urls
     assert urls == [v.url for v in federation.clique.validators] and len(set(urls)) == len(urls)
+    assert {int(v.rpc("eth_chainId"), 16) for v in federation.clique.validators} == {clique.CHAIN_ID}
