@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,12 +35,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def schema_template() -> Path:
     """Where a freshly migrated SQLite database of this checkout's migrations is kept: named by a hash
-    of every migration file and Django's version, so a changed migration makes a new one."""
+    of every migration file and Django's version, so a changed migration makes a new one. It lives in
+    the checkout's own ``var/`` (ignored by git, removed by ``make clean``), not in a shared temporary
+    directory, where another user of the machine could leave a schema with accounts of their own."""
     digest = hashlib.sha256(importlib.metadata.version("django").encode())
     for path in sorted((REPO_ROOT / "backend").glob("*/migrations/*.py")):
         digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
-    folder = Path(tempfile.gettempdir()) / "defl-schemas"
-    folder.mkdir(exist_ok=True)
+    folder = REPO_ROOT / "var" / "schemas"
+    folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{digest.hexdigest()[:32]}.sqlite3"
 
 
