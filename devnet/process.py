@@ -13,6 +13,7 @@ environment; ``NodeProcess`` owns exactly the process it started and stops only 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -33,11 +34,13 @@ from devnet.anvil import free_port
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
 def schema_template() -> Path:
     """Where a freshly migrated SQLite database of this checkout's migrations is kept: named by a hash
     of every migration file and Django's version, so a changed migration makes a new one. It lives in
     the checkout's own ``var/`` (ignored by git, removed by ``make clean``), not in a shared temporary
-    directory, where another user of the machine could leave a schema with accounts of their own."""
+    directory, where another user of the machine could leave a schema with accounts of their own.
+    Hashed once a process: the migrations do not change under a running harness."""
     digest = hashlib.sha256(importlib.metadata.version("django").encode())
     for path in sorted((REPO_ROOT / "backend").glob("*/migrations/*.py")):
         digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -126,8 +129,8 @@ class NodeProcess:
         schema (:func:`schema_template`), made by the first node that needs it: migrating costs
         seconds a node, and no migration writes node-specific rows."""
         database = self.data_dir / "db.sqlite3"
-        template = schema_template()
         if self.environ()["DATABASE_URL"] == f"sqlite:///{database}" and not database.exists():
+            template = schema_template()
             if template.exists():
                 shutil.copyfile(template, database)
                 return
