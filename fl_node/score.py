@@ -86,6 +86,15 @@ def merged_state(
     return merged
 
 
+def public_records(records: int | None) -> int:
+    """The record count a noisy score is normalized by: required, positive (see :func:`evaluate`)."""
+    if isinstance(records, bool) or not isinstance(records, int) or records < 1:
+        raise ValueError(
+            f"a noisy score needs the public record count it is normalized by, got {records!r}"
+        )
+    return records
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -96,12 +105,16 @@ def evaluate(
     metric: str,
     noise_multiplier: float | None = None,
     randomness: NoiseSource | None = None,
+    records: int | None = None,
 ) -> float:
     """Accuracy, or exp(-mean cross-entropy), of ``model`` on the validation set; 0 if an output is non-finite.
 
     With ``noise_multiplier`` the statistic is released with Gaussian noise (see the module
     docstring) and clamped to its range; a non-finite output then counts as a wrong record
-    (or the clipped loss) rather than deciding the whole score.
+    (or the clipped loss) rather than deciding the whole score. A noisy statistic is normalized
+    by ``records``, the public count the plan assumes (:func:`public_records`), never by the
+    set's own size: that size depends on which side of the secret split each record fell, and
+    dividing by it would publish it outside the accounted release.
     """
     model.eval()
     correct = 0
@@ -123,7 +136,7 @@ def evaluate(
                 usable = finite & torch.isfinite(losses)
                 losses = torch.where(usable, losses.clamp(0.0, LOSS_CLIP), torch.full_like(losses, LOSS_CLIP))
             loss_sum += float(losses.sum())
-    n = len(x_val)
+    n = public_records(records) if noise_multiplier else len(x_val)
     if noise_multiplier:
         source = randomness if randomness is not None else SecureRandom()
         sensitivity = 1.0 if metric == "accuracy" else LOSS_CLIP
@@ -147,14 +160,15 @@ def score_update(
     metric: str = "accuracy",
     noise_multiplier: float | None = None,
     randomness: NoiseSource | None = None,
+    records: int | None = None,
 ) -> float:
     """Score in [0, 1] of ``global_state + update`` on (x_val, y_val); 0 for a malformed update.
 
     ``model`` is a scratch module of the right architecture: its weights are
     overwritten. ``update`` is encoded bytes or a decoded mapping; it must
     carry exactly the floating-point tensors of ``global_state``. ``noise_multiplier``
-    (std of the count noise, see the module docstring) makes the score a DP release; the
-    caller charges it.
+    (std of the count noise, see the module docstring) makes the score a DP release, normalized
+    by the public ``records`` (required then: :func:`evaluate`); the caller charges it.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
@@ -177,6 +191,7 @@ def score_update(
         metric=metric,
         noise_multiplier=noise_multiplier,
         randomness=randomness,
+        records=records,
     )
     value = min(1.0, max(0.0, value)) if value == value else 0.0
     if noise_multiplier:
@@ -198,6 +213,7 @@ def score_update_int(
     metric: str = "accuracy",
     noise_multiplier: float | None = None,
     randomness: NoiseSource | None = None,
+    records: int | None = None,
 ) -> int:
     """The on-chain integer score (basis points) of :func:`score_update`."""
     return score_to_int(
@@ -211,6 +227,7 @@ def score_update_int(
             metric=metric,
             noise_multiplier=noise_multiplier,
             randomness=randomness,
+            records=records,
         )
     )
 
@@ -306,6 +323,7 @@ def relative_update_score(
     metric: str = "likelihood",
     noise_multiplier: float | None = None,
     randomness: NoiseSource | None = None,
+    records: int | None = None,
 ) -> int:
     """A committee member's relative on-chain score of one update (see the module docstring).
 
@@ -338,6 +356,7 @@ def relative_update_score(
         metric=metric,
         noise_multiplier=noise_multiplier,
         randomness=randomness,
+        records=records,
     )
     return relative_score_int(value, base_value, allowance)
 
@@ -360,6 +379,7 @@ def member_scores(
     metric: str = "likelihood",
     noise_multiplier: float | None = None,
     randomness: Callable[[K | str], NoiseSource | None] | None = None,
+    records: int | None = None,
 ) -> dict[K, int]:
     """One honest committee member's relative scores of a round's updates, as the node's committee
     (backend.jobs.driver.committee) and the simulator both compute them; the member's base score is
@@ -370,7 +390,9 @@ def member_scores(
     :func:`relative_update_score` at ``scale`` (1 / top_k), clipped first (``clip_to_median``) to the
     median norm of those scorable updates (fl_node.robust.median_norm: the bound the aggregation
     will allow), against this member's score of the unchanged model. ``randomness(key)`` gives the
-    noise stream of each release (:data:`BASE_KEY` for the base model's); None draws fresh noise."""
+    noise stream of each release (:data:`BASE_KEY` for the base model's); None draws fresh noise.
+    ``records``: the public count noisy scores are normalized by (required with
+    ``noise_multiplier``; fl_node.job.plan.validation_records), not ``len(x_val)``."""
 
     def draw(key: K | str) -> NoiseSource | None:
         return randomness(key) if randomness is not None else None
@@ -386,11 +408,14 @@ def member_scores(
         batch_size=batch_size,
         metric=metric,
         noise_multiplier=noise_multiplier,
+        records=records,
     )
     scorable = {k: u for k, u in updates.items() if u is not None and within_norm_bound(u, norm_bound)}
     clip = median_norm(scorable.values()) if clip_to_median else None
-    allowance = noise_allowance(
-        base_value, metric=metric, noise_multiplier=noise_multiplier, records=len(x_val)
+    allowance = (
+        noise_allowance(base_value, metric=metric, noise_multiplier=noise_multiplier, records=records)
+        if noise_multiplier
+        else 0.0
     )
     return {
         key: relative_update_score(
@@ -407,6 +432,7 @@ def member_scores(
             batch_size=batch_size,
             metric=metric,
             noise_multiplier=noise_multiplier,
+            records=records,
         )
         if key in scorable
         else 0

@@ -48,7 +48,7 @@ from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.job import aggregation, training
 from fl_node.job.config import DPConfig, JobConfig
 from fl_node.job.plan import participant_plan as job_participant_plan
-from fl_node.job.plan import scores_per_round, update_mechanism
+from fl_node.job.plan import scores_per_round, update_mechanism, update_samples, validation_records
 from fl_node.job.scoring import ScoringRule, scoring
 from fl_node.job.simulated import job_for
 from fl_node.local_round import local_round
@@ -378,7 +378,11 @@ def _local_update(
         randomness=_stream(secret, "train", round_index, participant.index),
         kept_rows=training.kept_rows(job, global_state, round_index + 1),
     )
-    return result.update, result.samples, steps
+    # The count a node's update names on chain: the public planned one (fl_node.job.plan).
+    samples = update_samples(
+        job, samples=len(participant.train) + len(participant.val), public_holdout=config.public_holdouts
+    )
+    return result.update, samples, steps
 
 
 def _stream(secret: bytes | None, *context: str | int) -> SecureRandom | None:
@@ -645,8 +649,14 @@ def _committee_round(
             continue
         vx, vy = member.val.tensors()
         noise = member.plan.score_noise_multiplier if member.plan else None
+        # Noisy scores are normalized by the public planned count, as a node's (fl_node.job.plan).
+        records = validation_records(
+            config.job, samples=len(member.train) + len(member.val), public_holdout=config.public_holdouts
+        )
 
-        def evaluate_one(address: str, blob, member=member, vx=vx, vy=vy, noise=noise) -> float:
+        def evaluate_one(
+            address: str, blob, member=member, vx=vx, vy=vy, noise=noise, records=records
+        ) -> float:
             if rule.scale != 1.0:
                 blob = scaled_update(blob, global_state, rule.scale)
                 if blob is None:  # malformed
@@ -660,6 +670,7 @@ def _committee_round(
                 metric=rule.metric,
                 noise_multiplier=noise,
                 randomness=_stream(secret, "score", round_index, member.index, address),
+                records=records,
             )
 
         released = len(scorable) + 1  # the base model's score is a release too
@@ -677,6 +688,7 @@ def _committee_round(
                 metric=rule.metric,
                 noise_multiplier=noise,
                 randomness=functools.partial(_stream, secret, "score", round_index, member.index),
+                records=records,
             )
             base_scores[member_address] = BASE_SCORE
         else:

@@ -37,11 +37,28 @@ def participant_plan(
     """
     return privacy_plan(
         job,
-        num_train=public_train_size(samples, public_holdout=public_holdout, val_fraction=job.val_fraction),
+        num_train=update_samples(job, samples=samples, public_holdout=public_holdout),
         num_records=samples,
         scores_per_round=scores_per_round,
         public_holdout=public_holdout,
     )
+
+
+def update_samples(job: JobConfig, *, samples: int, public_holdout: bool) -> int:
+    """The sample count a participant's update names on chain (its aggregation weight): the
+    planned training part of its registered ``samples``, a function of public values only.
+
+    Never the secret split's count: each record's side depends on that record alone, so the
+    trained count of D and of D with one record replaced differ whenever the two records fall
+    on different sides, and an exact count on chain would tell which world it is.
+    """
+    return public_train_size(samples, public_holdout=public_holdout, val_fraction=job.val_fraction)
+
+
+def validation_records(job: JobConfig, *, samples: int, public_holdout: bool) -> int:
+    """The record count a participant's noisy scores are normalized by: the planned held-out part
+    of its registered ``samples`` (public), for the reason :func:`update_samples` gives."""
+    return max(1, samples - update_samples(job, samples=samples, public_holdout=public_holdout))
 
 
 def privacy_plan(

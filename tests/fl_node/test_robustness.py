@@ -954,6 +954,7 @@ def test_member_scores_add_the_allowance_only_to_noisy_scores():
         metric="accuracy",
         noise_multiplier=0.5,
         randomness=stream,
+        records=len(x),
     )
     # The rider's and the base's noise differ, but by far less than the allowance (2 sqrt 2 sigma).
     assert noisy["rider"] > BASE_SCORE

@@ -8,6 +8,7 @@ from torch import nn
 
 from fl_node.codec import SparseRows, encode_update
 from fl_node.committee import MAX_SCORE, score_to_int
+from fl_node.secure_random import SecureRandom
 from fl_node.score import (
     BASE_SCORE,
     relative_score_int,
@@ -151,7 +152,7 @@ def test_noisy_scores_are_private_releases_around_the_exact_score(setup):
     """With a noise multiplier a score is a noisy count: it varies, centred on the exact one."""
     model, global_state, good, x_val, y_val = setup
     exact = score_update(model, global_state, good, x_val, y_val)
-    noisy = [score_update(model, global_state, good, x_val, y_val, noise_multiplier=8.0) for _ in range(200)]
+    noisy = [score_update(model, global_state, good, x_val, y_val, noise_multiplier=8.0, records=len(x_val)) for _ in range(200)]
     below = [v for v in noisy if v < 1.0]  # a count noised past 200 of 200 is clamped to 1.0
     assert len(set(below)) > 20
     assert min(noisy) < exact - 0.02
@@ -159,15 +160,40 @@ def test_noisy_scores_are_private_releases_around_the_exact_score(setup):
     assert all(abs(v - exact) < 6 * 0.04 for v in noisy)
 
 
+def test_a_noisy_score_is_normalized_by_the_public_count_not_the_split(setup):
+    """The DP adversary's neighbour: the same records but one, which fell on the other side of the
+    secret split. A score divided by the validation set's own size would carry that size outside
+    the accounted release; divided by the plan's public count, the released value's distribution
+    moves only by the replaced record's count (the accounted sensitivity of 1)."""
+    model, global_state, good, x_val, y_val = setup
+    with pytest.raises(ValueError, match="public record count"):
+        score_update(model, global_state, good, x_val, y_val, noise_multiplier=1.0)
+    secret = b"scorer noise, fixed for the test"
+    planned = len(x_val) + 7  # the plan's count, not the set's size
+
+    def noisy(x, y):
+        return score_update(
+            model, global_state, good, x, y, noise_multiplier=1.0, records=planned,
+            randomness=SecureRandom.derive(secret, "score"),
+        )
+
+    whole, without_one = noisy(x_val, y_val), noisy(x_val[1:], y_val[1:])
+    # Same noise draw: the releases differ by the one (correctly classified) record over the public
+    # count, not by a change of normalizer, which would move every record's share.
+    assert (whole - without_one) * planned == pytest.approx(1.0)
+    # The exact score of a non-private job keeps the set's own size.
+    assert score_update(model, global_state, good, x_val, y_val) == 1.0
+
+
 def test_noise_never_makes_a_well_formed_update_look_malformed(setup):
     """0 on chain means malformed: a noisy score of a well-formed update is at least 1 bp."""
     model, global_state, good, x_val, y_val = setup
     bad = {name: -30 * value for name, value in good.items()}
     scores = [
-        score_update_int(model, global_state, bad, x_val, y_val, noise_multiplier=200.0) for _ in range(50)
+        score_update_int(model, global_state, bad, x_val, y_val, noise_multiplier=200.0, records=len(x_val)) for _ in range(50)
     ]
     assert min(scores) >= 1
-    assert score_update_int(model, global_state, b"garbage", x_val, y_val, noise_multiplier=200.0) == 0
+    assert score_update_int(model, global_state, b"garbage", x_val, y_val, noise_multiplier=200.0, records=len(x_val)) == 0
 
 
 def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score(setup):
@@ -183,7 +209,7 @@ def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score
     # Token 3's row becomes huge but finite: the model is well-formed, its logits overflow on 3.
     poisoned["embedding.weight"][3] = 3e38 - weight[3]
     assert score_update(model, global_state, poisoned, x_val, y_val) == 0.0
-    noisy = score_update(model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0)
+    noisy = score_update(model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0, records=len(x_val))
     assert noisy > 0.5
 
 

@@ -19,6 +19,7 @@ from backend.ledger import models as mirror
 from fl_node.aggregate import WeightedUpdate, get_strategy
 from fl_node.codec import content_hash, decode_update, encode_model, update_spec
 from fl_node.job import aggregation, training
+from fl_node.job.plan import update_samples
 from fl_node.robust import (
     aggregation_clip_norm,
     defended_aggregate,
@@ -105,6 +106,20 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
     )
     accepted = list(job.accepted.filter(round=round_).order_by("position").values_list("trainer", flat=True))
     samples = {row.trainer: int(row.samples) for row in rows}
+    # Each update names its trainer's public planned count (from its registered size), never the
+    # count of its secret split, which differs between neighbouring datasets (fl_node.job.plan).
+    checked = 0
+    for node in nodes:
+        if node.ctx.address.lower() not in {t.lower() for t in samples}:
+            continue
+        with acting_as(node, monkeypatch):
+            dataset = state.my_dataset(job, node.ctx.address)
+            train, _ = workspace.local_split(node.ctx, dataset, config)
+        named = next(n for t, n in samples.items() if t.lower() == node.ctx.address.lower())
+        planned = update_samples(config, samples=dataset.num_samples, public_holdout=dataset.public_holdout)
+        assert named == planned, (node.ctx.address, named, planned, len(train))
+        checked += 1
+    assert checked, "no update of these nodes to check"
     hashes = {row.trainer: row.content_hash for row in rows}
     weighted = [WeightedUpdate(updates[t], samples[t], hashes[t]) for t in accepted]
     defense = aggregation.round_defense(config)  # the job's, as every member's aggregator

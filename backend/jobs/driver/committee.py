@@ -309,6 +309,7 @@ def _score_new(
         bound = blobs.update_max_bytes(global_state)
         scratch = workspace.scratch_model(ctx, config)
         x_val, y_val = val.tensors()
+        records = round_privacy.score_records(config, dataset)
 
     spec = update_spec(global_state)
     rule = scoring(config)  # the job's scoring (fl_node.job.scoring), the simulator's too
@@ -334,6 +335,7 @@ def _score_new(
             y_val,
             metric=rule.metric,
             noise_multiplier=plan.score_noise_multiplier,
+            records=records,
         )
 
     if rule.relative:
@@ -422,6 +424,7 @@ def _robust_scores(ctx: NodeContext, job, config: JobConfig, round_: int, read: 
             clip_to_median=rule.clip_to_median,
             metric=rule.metric,
             noise_multiplier=plan.score_noise_multiplier,
+            records=round_privacy.score_records(config, dataset),
         )
     return scores | {BASE: BASE_SCORE}
 

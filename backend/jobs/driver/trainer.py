@@ -46,7 +46,7 @@ from fl_node.attacks import get_attack
 from fl_node.codec import content_hash
 from fl_node.job import training
 from fl_node.job.config import JobConfig
-from fl_node.job.plan import update_mechanism
+from fl_node.job.plan import update_mechanism, update_samples
 from fl_node.local_round import local_round
 from fl_node.privacy_plan import PrivacyPlan
 from fl_node.sparse import encode_with_policy
@@ -302,7 +302,9 @@ def _encoded(
         ctx.address, job.job_id, config, round_, attempt.train_config, blob, attempt.work
     )
     ctx.memory.trainer.attempts.pop((job.job_id, round_), None)  # the caller keeps the update itself
-    samples = result.samples
+    dataset = state.my_dataset(job, ctx.address)
+    # The public planned count, not len(train): the secret split's count is no public value.
+    samples = update_samples(config, samples=dataset.num_samples, public_holdout=dataset.public_holdout)
     return TrainedUpdate(
         attempt.base_hash, blob, content_hash(blob), samples, attempt.work, ahead, kind, choices, spend
     )
