@@ -11,6 +11,7 @@ against the schema: an undocumented status fails it.
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
@@ -64,6 +65,13 @@ NO_NUL_PATTERN = r"^[^\x00]*$"
 class NodeAutoSchema(AutoSchema):
     def _map_serializer_field(self, field, direction, bypass_extensions=False):
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        declared = [
+            v.regex.pattern
+            for v in getattr(field, "validators", ())
+            if isinstance(v, RegexValidator) and not v.inverse_match
+        ]
+        if declared and "pattern" not in schema:
+            schema["pattern"] = declared[0]  # a list's child keeps its own (spectacular drops it)
         if direction == "request" and type(field) is serializers.CharField and "pattern" not in schema:
             # DRF refuses "", "   " (once trimmed) and a NUL in a CharField; the schema says so, so a
             # client (and the fuzz) can tell a valid value from a refused one.

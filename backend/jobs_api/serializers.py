@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from backend.api.schema import MAX_RECORD_ID
@@ -16,6 +19,8 @@ from fl_node.sparse import ENCODINGS, PUBLIC_RULES
 # A job is joined with a dataset, and no dataset may join a job without DP (it would spend an
 # unbounded budget): the API creates private jobs only. "none" stays a mode of the simulator.
 API_DP_MODES = tuple(mode for mode in DP_MODES if mode != "none")
+# A sparse table's name: a model's parameter path ("embedding.weight").
+TENSOR_NAME = r"^[A-Za-z0-9_.]+$"
 
 
 class DPSerializer(serializers.Serializer):
@@ -67,7 +72,13 @@ class SparseSerializer(serializers.Serializer):
         help_text="the link (Mbit/s) the cost model assumes",
     )
     tables = serializers.ListField(
-        child=serializers.CharField(max_length=limits.MAX_TENSOR_NAME),
+        # A tensor name (a model's parameter path): not trimmed, so what the schema's pattern
+        # allows is what is checked (str.strip would blank a name of control characters).
+        child=serializers.CharField(
+            max_length=limits.MAX_TENSOR_NAME,
+            trim_whitespace=False,
+            validators=[RegexValidator(TENSOR_NAME, "a tensor name: letters, digits, '_' and '.'")],
+        ),
         max_length=limits.MAX_SPARSE_TABLES,
         required=False,
         default=list,
@@ -87,6 +98,10 @@ class SparseSerializer(serializers.Serializer):
     )
 
     def validate_tables(self, value: list[str]) -> list[str]:
+        # The pattern's "$" (as JSON Schema reads it) ends the string; Python's also allows a
+        # final newline, so the whole name is matched here.
+        if not all(re.fullmatch(TENSOR_NAME[1:-1], name) for name in value):
+            raise serializers.ValidationError("a tensor name holds letters, digits, '_' and '.' only")
         if len(set(value)) != len(value):
             raise serializers.ValidationError("names a tensor twice")
         return sorted(value)
