@@ -530,7 +530,11 @@ def parser() -> argparse.ArgumentParser:
     upload.add_argument("--epsilon-cap", type=float, required=True, help="the dataset's privacy budget")
     upload.add_argument("--delta", type=float, required=True)
     upload.add_argument("--label-column", help="csv: the label's column")
-    upload.add_argument("--classes", help="class names in id order, comma-separated")
+    upload.add_argument(
+        "--classes",
+        required=True,
+        help="class names in id order, comma-separated (declared: the published schema must not depend on the labels present)",
+    )
     upload.add_argument("--public-holdout", action="store_true")
     upload.set_defaults(run=cmd_datasets_upload)
     for name, run, text in (

@@ -23,7 +23,8 @@ class DatasetUploadSerializer(serializers.Serializer):
     classes = serializers.CharField(
         required=False,
         default="",
-        help_text="optional comma-separated class names in class-id order, so that nodes agree on ids",
+        help_text="comma-separated class names in class-id order (required): nodes agree on ids, and the "
+        "published schema does not depend on which labels the records hold",
     )
     epsilon_cap = serializers.FloatField(
         min_value=0.0, help_text="privacy budget: total epsilon all jobs may spend"

@@ -53,7 +53,16 @@ class Upload:
 
 
 def parse_upload(upload: Upload) -> CanonicalDataset:
-    classes = list(upload.classes) or None
+    if not upload.classes:
+        # Inferred from the labels present, the class list (on chain in the schema hash) would
+        # tell anyone who knows the other records whether a record with a rare label is in.
+        raise InvalidInput(
+            "declare the class names (comma-separated, in class-id order): a list inferred from the "
+            "labels present would be published with the dataset's schema and tell other members "
+            "which labels your records hold",
+            field="classes",
+        )
+    classes = list(upload.classes)
     try:
         if upload.format == Dataset.Format.CSV:
             return parse_csv(upload.data, upload.label_column, classes)

@@ -34,6 +34,7 @@ if (datasets.length !== nodes.length) {
 }
 const config = {
   label: env('DEFL_LABEL_COLUMN', 'label'),
+  classes: env('DEFL_CLASSES', '0,1,2,3,4,5,6,7,8,9'),
   epsilonCap: env('DEFL_EPSILON_CAP', '10'),
   rounds: Number(env('DEFL_ROUNDS', '3')),
   committee: env('DEFL_COMMITTEE', '1'),
@@ -82,6 +83,7 @@ async function uploadDataset(page, baseUrl, file, index) {
   await page.locator('input[data-test=file-input]').setInputFiles(file)
   await page.locator('input[data-test=name-input]').fill(name)
   if (file.endsWith('.csv')) await page.locator('input[data-test=label-input]').fill(config.label)
+  await page.locator('input[data-test=classes-input]').fill(config.classes)
   await fillNumber(page, 'Privacy budget ε cap', config.epsilonCap)
   await page.locator('[data-test=upload-submit]').click()
   // The progress bar shows while the file goes up (small files may finish before we look).

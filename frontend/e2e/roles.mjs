@@ -85,6 +85,7 @@ try {
       const before = consoleErrors.length
       await page.locator('input[data-test=file-input]').setInputFiles({ name: 'tiny.csv', mimeType: 'text/csv', buffer: Buffer.from('a,b,label\n1,2,0\n3,4,1\n') })
       await page.locator('input[data-test=label-input]').fill('no-such-column')
+      await page.locator('input[data-test=classes-input]').fill('0,1')
       await page.locator('[data-test=upload-submit]').click()
       const fieldError = page.locator('.el-form-item.is-error .el-form-item__error').first()
       await fieldError.waitFor({ timeout: 20000 })

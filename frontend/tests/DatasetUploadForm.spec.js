@@ -12,11 +12,12 @@ import { api, ApiError } from '../src/lib/api.js'
 
 const errorIn = (wrapper, field) => wrapper.find(`[data-test=field-${field}] .el-form-item__error`)
 
-async function fillAndSubmit(wrapper, { file = new File(['a,b,label\n1,2,0\n'], 'clinic.csv', { type: 'text/csv' }), label = 'label' } = {}) {
+async function fillAndSubmit(wrapper, { file = new File(['a,b,label\n1,2,0\n'], 'clinic.csv', { type: 'text/csv' }), label = 'label', classes = '0,1' } = {}) {
   const input = wrapper.find('input[data-test=file-input]')
   Object.defineProperty(input.element, 'files', { value: file ? [file] : [], configurable: true })
   await input.trigger('change')
   await wrapper.find('input[data-test=label-input]').setValue(label)
+  await wrapper.find('input[data-test=classes-input]').setValue(classes)
   await wrapper.find('form').trigger('submit')
   await settle()
 }
@@ -101,6 +102,7 @@ describe('DatasetUploadForm', () => {
     expect(sent.get('name')).toBe('clinic')
     expect(sent.get('format')).toBe('csv')
     expect(sent.get('label_column')).toBe('label')
+    expect(sent.get('classes')).toBe('0,1')
     expect(sent.get('epsilon_cap')).toBe('3')
     expect(sent.get('delta')).toBe('0.00001')
     expect(sent.get('file').name).toBe('clinic.csv')
@@ -111,12 +113,13 @@ describe('DatasetUploadForm', () => {
     wrapper.unmount()
   })
 
-  it('catches a missing file and label column before uploading', async () => {
+  it('catches a missing file, label column and class list before uploading', async () => {
     const wrapper = mount(DatasetUploadForm, { attachTo: document.body })
-    await fillAndSubmit(wrapper, { file: null, label: '' })
+    await fillAndSubmit(wrapper, { file: null, label: '', classes: ' , ' })
     expect(api.uploadDataset).not.toHaveBeenCalled()
     expect(errorIn(wrapper, 'file').text()).toContain('Choose a CSV or NPZ file')
     expect(errorIn(wrapper, 'label_column').text()).toContain('labels')
+    expect(errorIn(wrapper, 'classes').text()).toContain('class names')
     expect(errorIn(wrapper, 'name').text()).toContain('name')
     wrapper.unmount()
   })

@@ -26,11 +26,17 @@ def good_npz(samples: int = 12, seed: int = 0) -> SimpleUploadedFile:
     return npz_file(x=rng.random((samples, 1, 4, 4)), y=rng.integers(0, 3, samples).astype(np.int64))
 
 
+# The class names an upload declares (required: inferred from the labels present, the published
+# schema would depend on the records): those of good_npz's labels and of GOOD_CSV's.
+DEFAULT_CLASSES = {"npz": "0,1,2", "csv": "bird,cat,dog"}
+
+
 def form(file, fmt: str, **extra) -> dict:
     return {
         "file": file,
         "name": extra.pop("name", "test set"),
         "format": fmt,
+        "classes": DEFAULT_CLASSES.get(fmt, ""),
         "epsilon_cap": 8.0,
         "delta": 1e-5,
     } | extra

@@ -79,6 +79,28 @@ def test_no_published_value_matches_a_function_of_either_candidate(provider, on_
     assert published[0]["samples"] == published[1]["samples"] == 61
 
 
+def test_a_record_with_a_label_no_other_record_has_leaves_the_schema_unchanged(provider, on_chain):
+    """The schema (its hash on chain) holds the class list. Read from the labels present, it would
+    grow by the one record whose label nobody else has: membership, certain. Declared, it is
+    the same with or without that record; an upload that declares none is refused."""
+    rng = np.random.default_rng(34)
+    x, y = rng.random((41, 6)).astype(np.float32), rng.integers(0, 2, 41).astype(np.int64)
+    y[-1] = 2  # the record only x has: the one rare label
+    schemas = []
+    for rows in (slice(0, 40), slice(0, 41)):
+        Dataset.objects.all().delete()
+        RecordHash.objects.all().delete()
+        response = provider.post("/api/datasets", form(npz_file(x=x[rows], y=y[rows]), "npz", classes="0,1,2"))
+        assert response.status_code == 201, response.content
+        record = on_chain["ledger"].data.get_dataset(int(response.json()["onchain_id"]))
+        schemas.append(bytes(record.schema_hash).hex())
+    assert schemas[0] == schemas[1]
+    Dataset.objects.all().delete()
+    RecordHash.objects.all().delete()
+    undeclared = provider.post("/api/datasets", form(npz_file(x=x, y=y), "npz", classes=""))
+    assert undeclared.status_code == 400 and "classes" in undeclared.json()["errors"]
+
+
 def test_the_same_records_published_twice_look_unrelated(provider, on_chain):
     """Not a function of the records: the same D gives fresh values at every upload (a fresh
     secret and data key), so no value an adversary computes from candidates can match it."""

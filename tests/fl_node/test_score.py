@@ -161,10 +161,9 @@ def test_noisy_scores_are_private_releases_around_the_exact_score(setup):
 
 
 def test_a_noisy_score_is_normalized_by_the_public_count_not_the_split(setup):
-    """The DP adversary's neighbour: the same records but one, which fell on the other side of the
-    secret split. A score divided by the validation set's own size would carry that size outside
-    the accounted release; divided by the plan's public count, the released value's distribution
-    moves only by the replaced record's count (the accounted sensitivity of 1)."""
+    """A noisy score is the accounted noisy count post-processed by public values only: divided by
+    the plan's public count, never by the validation set's own size (its distribution is
+    record-independent only through the keyed split's coupling; the public count needs none)."""
     model, global_state, good, x_val, y_val = setup
     with pytest.raises(ValueError, match="public record count"):
         score_update(model, global_state, good, x_val, y_val, noise_multiplier=1.0)
