@@ -89,9 +89,7 @@ def merged_state(
 def public_records(records: int | None) -> int:
     """The record count a noisy score is normalized by: required, positive (see :func:`evaluate`)."""
     if isinstance(records, bool) or not isinstance(records, int) or records < 1:
-        raise ValueError(
-            f"a noisy score needs the public record count it is normalized by, got {records!r}"
-        )
+        raise ValueError(f"a noisy score needs the public record count it is normalized by, got {records!r}")
     return records
 
 
@@ -413,7 +411,9 @@ def member_scores(
     scorable = {k: u for k, u in updates.items() if u is not None and within_norm_bound(u, norm_bound)}
     clip = median_norm(scorable.values()) if clip_to_median else None
     allowance = (
-        noise_allowance(base_value, metric=metric, noise_multiplier=noise_multiplier, records=records)
+        noise_allowance(
+            base_value, metric=metric, noise_multiplier=noise_multiplier, records=public_records(records)
+        )
         if noise_multiplier
         else 0.0
     )

@@ -66,7 +66,7 @@ class NodeAutoSchema(AutoSchema):
     def _map_serializer_field(self, field, direction, bypass_extensions=False):
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
         declared = [
-            v.regex.pattern
+            v.regex if isinstance(v.regex, str) else v.regex.pattern
             for v in getattr(field, "validators", ())
             if isinstance(v, RegexValidator) and not v.inverse_match
         ]

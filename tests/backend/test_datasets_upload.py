@@ -92,7 +92,12 @@ BAD_UPLOADS = [
     ("csv", csv_file("f1,species\n1,cat\nabc,dog\n"), {"label_column": "species"}, "numeric"),
     ("csv", csv_file("f1,species\n1,cat\n2\n"), {"label_column": "species"}, "fields"),
     ("csv", csv_file("f1,species\n1,cat\nnan,dog\n"), {"label_column": "species"}, "NaN"),
-    ("csv", csv_file("f1,species\n1,cat\n2,cat\n"), {"label_column": "species", "classes": "cat"}, "two classes"),
+    (
+        "csv",
+        csv_file("f1,species\n1,cat\n2,cat\n"),
+        {"label_column": "species", "classes": "cat"},
+        "two classes",
+    ),
     # Undeclared, the class list would be read from the labels present and published (schema hash).
     ("csv", csv_file(GOOD_CSV), {"label_column": "species", "classes": ""}, "declare the class names"),
     ("npz", good_npz(), {"classes": " , "}, "declare the class names"),

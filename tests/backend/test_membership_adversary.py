@@ -90,7 +90,9 @@ def test_a_record_with_a_label_no_other_record_has_leaves_the_schema_unchanged(p
     for rows in (slice(0, 40), slice(0, 41)):
         Dataset.objects.all().delete()
         RecordHash.objects.all().delete()
-        response = provider.post("/api/datasets", form(npz_file(x=x[rows], y=y[rows]), "npz", classes="0,1,2"))
+        response = provider.post(
+            "/api/datasets", form(npz_file(x=x[rows], y=y[rows]), "npz", classes="0,1,2")
+        )
         assert response.status_code == 201, response.content
         record = on_chain["ledger"].data.get_dataset(int(response.json()["onchain_id"]))
         schemas.append(bytes(record.schema_hash).hex())

@@ -91,7 +91,12 @@ def _overlapping_uploads() -> list:
         np.savez(buffer, x=x[rows], y=y[rows])
         uploads.append(
             services.Upload(
-                name=name, format="npz", data=buffer.getvalue(), epsilon_cap=5.0, delta=1e-3, classes=("0", "1", "2")
+                name=name,
+                format="npz",
+                data=buffer.getvalue(),
+                epsilon_cap=5.0,
+                delta=1e-3,
+                classes=("0", "1", "2"),
             )
         )
     return uploads

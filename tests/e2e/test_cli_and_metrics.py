@@ -235,8 +235,17 @@ def test_refusals_are_one_sentence_and_an_exit_code(federation, workdir):
     )
     assert wrong_password.returncode == 3 and "wrong username or password" in wrong_password.stderr
     not_json = defl(
-        workdir, "--json", "datasets", "upload", "nowhere.npz", "--epsilon-cap", "1", "--delta", "1e-5",
-        "--classes", "0,1",
+        workdir,
+        "--json",
+        "datasets",
+        "upload",
+        "nowhere.npz",
+        "--epsilon-cap",
+        "1",
+        "--delta",
+        "1e-5",
+        "--classes",
+        "0,1",
     )
     assert not_json.returncode == 2 and json.loads(not_json.stdout)["exit_code"] == 2
     nobody = defl(workdir, "--url", "http://127.0.0.1:1", "node", "status")

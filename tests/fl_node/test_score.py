@@ -8,7 +8,6 @@ from torch import nn
 
 from fl_node.codec import SparseRows, encode_update
 from fl_node.committee import MAX_SCORE, score_to_int
-from fl_node.secure_random import SecureRandom
 from fl_node.score import (
     BASE_SCORE,
     relative_score_int,
@@ -16,6 +15,7 @@ from fl_node.score import (
     score_update,
     score_update_int,
 )
+from fl_node.secure_random import SecureRandom
 
 
 class TinyClassifier(nn.Module):
@@ -152,7 +152,10 @@ def test_noisy_scores_are_private_releases_around_the_exact_score(setup):
     """With a noise multiplier a score is a noisy count: it varies, centred on the exact one."""
     model, global_state, good, x_val, y_val = setup
     exact = score_update(model, global_state, good, x_val, y_val)
-    noisy = [score_update(model, global_state, good, x_val, y_val, noise_multiplier=8.0, records=len(x_val)) for _ in range(200)]
+    noisy = [
+        score_update(model, global_state, good, x_val, y_val, noise_multiplier=8.0, records=len(x_val))
+        for _ in range(200)
+    ]
     below = [v for v in noisy if v < 1.0]  # a count noised past 200 of 200 is clamped to 1.0
     assert len(set(below)) > 20
     assert min(noisy) < exact - 0.02
@@ -172,7 +175,13 @@ def test_a_noisy_score_is_normalized_by_the_public_count_not_the_split(setup):
 
     def noisy(x, y):
         return score_update(
-            model, global_state, good, x, y, noise_multiplier=1.0, records=planned,
+            model,
+            global_state,
+            good,
+            x,
+            y,
+            noise_multiplier=1.0,
+            records=planned,
             randomness=SecureRandom.derive(secret, "score"),
         )
 
@@ -189,10 +198,16 @@ def test_noise_never_makes_a_well_formed_update_look_malformed(setup):
     model, global_state, good, x_val, y_val = setup
     bad = {name: -30 * value for name, value in good.items()}
     scores = [
-        score_update_int(model, global_state, bad, x_val, y_val, noise_multiplier=200.0, records=len(x_val)) for _ in range(50)
+        score_update_int(model, global_state, bad, x_val, y_val, noise_multiplier=200.0, records=len(x_val))
+        for _ in range(50)
     ]
     assert min(scores) >= 1
-    assert score_update_int(model, global_state, b"garbage", x_val, y_val, noise_multiplier=200.0, records=len(x_val)) == 0
+    assert (
+        score_update_int(
+            model, global_state, b"garbage", x_val, y_val, noise_multiplier=200.0, records=len(x_val)
+        )
+        == 0
+    )
 
 
 def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score(setup):
@@ -208,7 +223,9 @@ def test_under_noise_a_record_with_a_non_finite_output_does_not_decide_the_score
     # Token 3's row becomes huge but finite: the model is well-formed, its logits overflow on 3.
     poisoned["embedding.weight"][3] = 3e38 - weight[3]
     assert score_update(model, global_state, poisoned, x_val, y_val) == 0.0
-    noisy = score_update(model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0, records=len(x_val))
+    noisy = score_update(
+        model, global_state, poisoned, x_val, y_val, noise_multiplier=1.0, records=len(x_val)
+    )
     assert noisy > 0.5
 
 

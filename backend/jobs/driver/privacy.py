@@ -66,7 +66,9 @@ def node_plan(ctx: NodeContext, job: mirror.Job, config: JobConfig, dataset) -> 
 def score_records(config: JobConfig, dataset) -> int:
     """The public record count this node's noisy scores are normalized by (its planned
     validation part), not the size of its secret split (``fl_node.job.plan.validation_records``)."""
-    return job_plan.validation_records(config, samples=dataset.num_samples, public_holdout=dataset.public_holdout)
+    return job_plan.validation_records(
+        config, samples=dataset.num_samples, public_holdout=dataset.public_holdout
+    )
 
 
 def reserve(claim: RoundAction, dataset, job_id: int, round_: int, release: ReleasePlan) -> Future | None:
