@@ -111,8 +111,8 @@ def evaluate(
     docstring) and clamped to its range; a non-finite output then counts as a wrong record
     (or the clipped loss) rather than deciding the whole score. A noisy statistic is normalized
     by ``records``, the public count the plan assumes (:func:`public_records`), never by the
-    set's own size: that size depends on which side of the secret split each record fell, and
-    dividing by it would publish it outside the accounted release.
+    set's own size (a count of the secret split): the release is then the accounted noisy
+    statistic post-processed by public values alone.
     """
     model.eval()
     correct = 0

@@ -48,9 +48,9 @@ def update_samples(job: JobConfig, *, samples: int, public_holdout: bool) -> int
     """The sample count a participant's update names on chain (its aggregation weight): the
     planned training part of its registered ``samples``, a function of public values only.
 
-    Never the secret split's count: each record's side depends on that record alone, so the
-    trained count of D and of D with one record replaced differ whenever the two records fall
-    on different sides, and an exact count on chain would tell which world it is.
+    Never the secret split's count. That count's distribution does not depend on the records
+    (each record's side is a keyed coin: the coupling of docs/PRIVACY.md), but only through an
+    argument over the node's key; a public count needs none, and any member recomputes it.
     """
     return public_train_size(samples, public_holdout=public_holdout, val_fraction=job.val_fraction)
 
