@@ -40,6 +40,24 @@ export async function launch() {
     reducedMotion: 'reduce', // charts skip their animation, so screenshots are final
     acceptDownloads: true,
   })
+  // No CSS transitions or animations: Element Plus's dropdowns slide in, and Playwright waits for
+  // an element to hold still over two animation frames before it clicks; on a loaded machine the
+  // frames are slow and every select cost seconds. Nothing checked depends on motion.
+  await context.addInitScript(() => {
+    // Init scripts run before the document has an element: add the style once it has one.
+    const still = () => {
+      const style = document.createElement('style')
+      style.textContent = '*, *::before, *::after { transition: none !important; animation: none !important; }'
+      document.documentElement.appendChild(style)
+    }
+    if (document.documentElement) still()
+    else new MutationObserver((_changes, observer) => {
+      if (document.documentElement) {
+        observer.disconnect()
+        still()
+      }
+    }).observe(document, { childList: true })
+  })
   return {
     context,
     async close() {
