@@ -48,7 +48,7 @@ from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
 from fl_node.job import aggregation, training
 from fl_node.job.config import DPConfig, JobConfig
 from fl_node.job.plan import participant_plan as job_participant_plan
-from fl_node.job.plan import scores_per_round, update_mechanism, update_samples, validation_records
+from fl_node.job.plan import scores_per_round, update_mechanism
 from fl_node.job.scoring import ScoringRule, scoring
 from fl_node.job.simulated import job_for
 from fl_node.local_round import local_round
@@ -378,11 +378,10 @@ def _local_update(
         randomness=_stream(secret, "train", round_index, participant.index),
         kept_rows=training.kept_rows(job, global_state, round_index + 1),
     )
-    # The count a node's update names on chain: the public planned one (fl_node.job.plan).
-    samples = update_samples(
-        job, samples=len(participant.train) + len(participant.val), public_holdout=config.public_holdouts
-    )
-    return result.update, samples, steps
+    # A node names its planned training count (fl_node.job.plan.update_samples), which its keyed
+    # split matches in expectation. A simulated participant's parts are laid out by the experiment
+    # (its validation part need not be val_fraction of its records), so its own sizes stand in.
+    return result.update, result.samples, steps
 
 
 def _stream(secret: bytes | None, *context: str | int) -> SecureRandom | None:
@@ -649,10 +648,9 @@ def _committee_round(
             continue
         vx, vy = member.val.tensors()
         noise = member.plan.score_noise_multiplier if member.plan else None
-        # Noisy scores are normalized by the public planned count, as a node's (fl_node.job.plan).
-        records = validation_records(
-            config.job, samples=len(member.train) + len(member.val), public_holdout=config.public_holdouts
-        )
+        # A node divides a noisy score by its planned validation count (fl_node.job.plan), which its
+        # keyed split matches in expectation; a simulated member's part is the experiment's layout.
+        records = len(member.val)
 
         def evaluate_one(
             address: str, blob, member=member, vx=vx, vy=vy, noise=noise, records=records
