@@ -19,8 +19,9 @@ from fl_node.sparse import ENCODINGS, PUBLIC_RULES
 # A job is joined with a dataset, and no dataset may join a job without DP (it would spend an
 # unbounded budget): the API creates private jobs only. "none" stays a mode of the simulator.
 API_DP_MODES = tuple(mode for mode in DP_MODES if mode != "none")
-# A sparse table's name: a model's parameter path ("embedding.weight").
-TENSOR_NAME = r"^[A-Za-z0-9_.]+$"
+# A sparse table's name: a model's parameter path ("embedding.weight"); anchored for the schema.
+TENSOR_NAME_CHARS = r"[A-Za-z0-9_.]+"
+TENSOR_NAME = rf"^{TENSOR_NAME_CHARS}$"
 
 
 class DPSerializer(serializers.Serializer):
@@ -100,7 +101,7 @@ class SparseSerializer(serializers.Serializer):
     def validate_tables(self, value: list[str]) -> list[str]:
         # The pattern's "$" (as JSON Schema reads it) ends the string; Python's also allows a
         # final newline, so the whole name is matched here.
-        if not all(re.fullmatch(TENSOR_NAME[1:-1], name) for name in value):
+        if not all(re.fullmatch(TENSOR_NAME_CHARS, name) for name in value):
             raise serializers.ValidationError("a tensor name holds letters, digits, '_' and '.' only")
         if len(set(value)) != len(value):
             raise serializers.ValidationError("names a tensor twice")

@@ -108,14 +108,15 @@ def check_robust_round(nodes, monkeypatch, job_id: int, round_: int, config) -> 
     samples = {row.trainer: int(row.samples) for row in rows}
     # Each update names its trainer's public planned count (from its registered size), never the
     # count of its secret split, which differs between neighbouring datasets (fl_node.job.plan).
+    named_by = {trainer.lower(): named for trainer, named in samples.items()}
     checked = 0
     for node in nodes:
-        if node.ctx.address.lower() not in {t.lower() for t in samples}:
+        named = named_by.get(node.ctx.address.lower())
+        if named is None:
             continue
         with acting_as(node, monkeypatch):
             dataset = state.my_dataset(job, node.ctx.address)
             train, _ = workspace.local_split(node.ctx, dataset, config)
-        named = next(n for t, n in samples.items() if t.lower() == node.ctx.address.lower())
         planned = update_samples(config, samples=dataset.num_samples, public_holdout=dataset.public_holdout)
         assert named == planned, (node.ctx.address, named, planned, len(train))
         checked += 1

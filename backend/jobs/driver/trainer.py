@@ -255,7 +255,7 @@ def _train(
         attempt, spend = _reserve(ctx, (job.job_id, round_), claim, dataset, base_hash, train_config, release)
     if attempt.result is not None:  # trained by an attempt cut after its training: not again
         logger.info("job %s round %s: taking over the update an attempt trained", job.job_id, round_)
-        return _encoded(ctx, job, config, round_, attempt, global_state, ahead, kind, spend)
+        return _encoded(ctx, job, config, dataset, round_, attempt, global_state, ahead, kind, spend)
 
     attack = get_attack(ctx.attack.split(":")[0]) if ctx.attack else None
     started = time.perf_counter()
@@ -280,13 +280,14 @@ def _train(
             demand=cluster_runner.train_demand(model, train, train_config),
         )
     attempt.result, attempt.work = result, time.perf_counter() - started
-    return _encoded(ctx, job, config, round_, attempt, global_state, ahead, kind, spend)
+    return _encoded(ctx, job, config, dataset, round_, attempt, global_state, ahead, kind, spend)
 
 
 def _encoded(
     ctx: NodeContext,
     job,
     config,
+    dataset,
     round_: int,
     attempt: TrainingAttempt,
     global_state,
@@ -302,7 +303,6 @@ def _encoded(
         ctx.address, job.job_id, config, round_, attempt.train_config, blob, attempt.work
     )
     ctx.memory.trainer.attempts.pop((job.job_id, round_), None)  # the caller keeps the update itself
-    dataset = state.my_dataset(job, ctx.address)
     # The public planned count, not len(train): the secret split's count is no public value.
     samples = update_samples(config, samples=dataset.num_samples, public_holdout=dataset.public_holdout)
     return TrainedUpdate(
