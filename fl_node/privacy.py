@@ -1,24 +1,34 @@
 """Differential-privacy accounting, per-dataset budgets and the update-level Gaussian mechanism.
 
-**Adjacency: replace-one.** Two datasets are neighbours when they have the same size and differ
-in one record (replaced by another). Every dataset's exact size is public (on chain, in each
-update's ``samples``), so add/remove adjacency, whose neighbours differ in size, would protect
-nothing an observer cannot already tell apart; every charge here is computed under replace-one
-(docs/PRIVACY.md).
+**Adjacency: one per dataset, matching what is published about it** (docs/PRIVACY.md).
+
+* **add-remove** (``ADD_REMOVE``): neighbours differ by one record added or removed. It holds
+  only where the size is no exact public value: a dataset registers a DP count of its records
+  (``fl_node.dp_count``: the count is its first release, charged here like any other), and
+  every public number follows from that count.
+* **replace-one** (``REPLACE_ONE``): neighbours have the same size and differ in one record. A
+  dataset registered with its exact size (before DP counts) is accounted so for good: its size
+  is public, and add/remove would protect nothing an observer cannot already tell apart.
 
 State and formulas are kept apart, as in Opacus's accountants:
 
 * ``PrivacyHistory`` only records ``(noise_multiplier, sample_rate, steps)`` runs of the
   Poisson-subsampled Gaussian mechanism (Abadi et al. 2016). ``noise_multiplier`` is the
-  noise's standard deviation over the per-record bound ``r`` of the release: under
-  replace-one, one record contributes at most ``r`` (in L2) to the released sum, so
-  neighbouring sums differ by at most ``2 r``. This is dp-accounting's ``REPLACE_ONE``
-  convention: the release of neighbouring datasets is dominated by the pair
-  ``(1-q) N(0, s^2) + q N(1, s^2)`` against ``(1-q) N(0, s^2) + q N(-1, s^2)`` (at ``q = 1``
-  two Gaussians 2 apart); Zhu, Dong and Wang 2022 ("Optimal Accounting of Differential
-  Privacy via Characteristic Function", the dominating pairs of Poisson subsampling under
-  substitution) and Lebeda, Regehr, Kamath and Steinke 2024 ("Avoiding Pitfalls for Privacy
-  Accounting of Subsampled Mechanisms under Composition").
+  noise's standard deviation over the per-record bound ``r`` of the release: one record
+  contributes at most ``r`` (in L2) to a sampled sum. The two adjacencies read it so:
+
+  - replace-one: neighbouring sums differ by at most ``2 r``; the release of neighbouring
+    datasets is dominated by ``(1-q) N(0, s^2) + q N(1, s^2)`` against
+    ``(1-q) N(0, s^2) + q N(-1, s^2)`` (dp-accounting's ``REPLACE_ONE``); Zhu, Dong and Wang
+    2022 (the dominating pairs of Poisson subsampling under substitution) and Lebeda, Regehr,
+    Kamath and Steinke 2024 ("Avoiding Pitfalls for Privacy Accounting of Subsampled
+    Mechanisms under Composition").
+  - add-remove: a sampled step's sums differ by at most ``r``: ``(1-q) N(0, s^2) + q N(1, s^2)``
+    against ``N(0, s^2)`` (Mironov, Talwar and Zhang 2019; Opacus's and dp-accounting's
+    ``ADD_OR_REMOVE_ONE``).
+  - an unsampled release (``q = 1``) is read as two Gaussians ``2 r`` apart under both: that is
+    what the releases that use it move by when one record is added or removed as well (a
+    whole clipped update: anywhere in the C-ball; a count over ``r = 1/2``: by 1).
 * ``epsilon(history, delta=..., accountant=...)`` is a pure function. ``"rdp"`` is the Renyi
   DP of that pair (Mironov 2017), computed by quadrature of the Renyi divergence (no closed
   form exists for two mixtures: :func:`replace_one_rdp`), composed (RDP adds up per order)
@@ -139,7 +149,9 @@ def _check_mechanism(*, noise_multiplier: float, sample_rate: float, steps: int)
 
 # ---------------------------------------------------------------- analysis (pure functions)
 
-ADJACENCY = "replace-one"
+REPLACE_ONE = "replace-one"
+ADD_REMOVE = "add-remove"
+ADJACENCIES = (REPLACE_ONE, ADD_REMOVE)
 # The Renyi orders every curve is kept at: Opacus's defaults (1.1 ... 10.9, then 12 ... 63).
 ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
 # Quadrature: points per noise standard deviation (the trapezoid rule on these smooth, fast
@@ -194,40 +206,79 @@ def _logsumexp(values: np.ndarray) -> float:
     return top + math.log(float(np.exp(values - top).sum()))
 
 
+def add_remove_rdp(
+    noise_multiplier: float, sample_rate: float, orders: tuple[float, ...] = ORDERS
+) -> np.ndarray:
+    """Renyi DP at ``orders`` of ONE step of the Poisson-sampled Gaussian under add-remove.
+
+    For q < 1, Opacus's analysis of ``(1-q) N(0, s^2) + q N(1, s^2)`` against ``N(0, s^2)``
+    (Mironov, Talwar and Zhang 2019): the record is sampled with probability q and moves the
+    sum by at most one bound. At q = 1 the release is read as two Gaussians 2 apart, as under
+    replace-one (see the module doc), so an unsampled release costs the same in both.
+    """
+    _check_mechanism(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=1)
+    if sample_rate >= 1.0:
+        return 2.0 * np.asarray(orders, dtype=np.float64) / float(noise_multiplier) ** 2
+    return np.asarray(
+        rdp_analysis.compute_rdp(
+            q=float(sample_rate), noise_multiplier=float(noise_multiplier), steps=1, orders=list(orders)
+        ),
+        dtype=np.float64,
+    )
+
+
+def check_adjacency(adjacency: str) -> str:
+    if adjacency not in ADJACENCIES:
+        raise ValueError(f"unknown adjacency {adjacency!r}; choose one of {ADJACENCIES}")
+    return adjacency
+
+
 @lru_cache(maxsize=1024)
-def unit_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
-    """RDP at :data:`ORDERS` of ONE step of the sampled Gaussian under replace-one (read-only).
+def unit_rdp(noise_multiplier: float, sample_rate: float, adjacency: str = REPLACE_ONE) -> np.ndarray:
+    """RDP at :data:`ORDERS` of ONE step of the sampled Gaussian under ``adjacency`` (read-only).
 
     Cached: budgets are checked on every round of every job, and a step's curve costs a few
     milliseconds of quadrature; ``steps * curve`` is the curve of a run.
     """
-    curve = replace_one_rdp(noise_multiplier, sample_rate)
+    check_adjacency(adjacency)
+    step = add_remove_rdp if adjacency == ADD_REMOVE else replace_one_rdp
+    curve = step(noise_multiplier, sample_rate)
     curve.setflags(write=False)
     return curve
 
 
-def history_rdp(history: PrivacyHistory) -> np.ndarray | float:
+def history_rdp(history: PrivacyHistory, adjacency: str = REPLACE_ONE) -> np.ndarray | float:
     """The composed RDP curve of ``history`` (RDP adds up per order); 0.0 when it is empty."""
-    return sum((e.steps * unit_rdp(e.noise_multiplier, e.sample_rate) for e in history), 0.0)
+    return sum((e.steps * unit_rdp(e.noise_multiplier, e.sample_rate, adjacency) for e in history), 0.0)
 
 
 def rdp_to_epsilon(curve: np.ndarray, *, delta: float) -> tuple[float, float]:
-    """(epsilon, the order that gives it) of an RDP curve at :data:`ORDERS`."""
-    eps, order = rdp_analysis.get_privacy_spent(orders=list(ORDERS), rdp=curve, delta=delta)
+    """(epsilon, the order that gives it) of an RDP curve at :data:`ORDERS`.
+
+    A small release (a dataset's count alone) is tightest above the largest order: the figure is
+    then an upper bound, a little loose, and Opacus's warning about it is no finding.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
+        eps, order = rdp_analysis.get_privacy_spent(orders=list(ORDERS), rdp=curve, delta=delta)
     return float(eps), float(order)
 
 
-def rdp_epsilon(history: PrivacyHistory, *, delta: float) -> float:
-    """(epsilon, delta)-DP of the composed history via RDP (replace-one)."""
+def rdp_epsilon(history: PrivacyHistory, *, delta: float, adjacency: str = REPLACE_ONE) -> float:
+    """(epsilon, delta)-DP of the composed history via RDP."""
     if not history.entries:
         return 0.0
-    return rdp_to_epsilon(np.asarray(history_rdp(history)), delta=delta)[0]
+    return rdp_to_epsilon(np.asarray(history_rdp(history, adjacency)), delta=delta)[0]
 
 
 def pld_epsilon(
-    history: PrivacyHistory, *, delta: float, discretization: float = PLD_DISCRETIZATION
+    history: PrivacyHistory,
+    *,
+    delta: float,
+    adjacency: str = REPLACE_ONE,
+    discretization: float = PLD_DISCRETIZATION,
 ) -> float:
-    """Epsilon of the history by dp-accounting's PLD accountant under REPLACE_ONE (pessimistic).
+    """Epsilon of the history by dp-accounting's PLD accountant under ``adjacency`` (pessimistic).
 
     Composition commutes, so each distinct mechanism's steps are composed at once.
     """
@@ -237,47 +288,67 @@ def pld_epsilon(
     for entry in history:
         key = (entry.noise_multiplier, entry.sample_rate)
         runs[key] = runs.get(key, 0) + entry.steps
-    return _pld_epsilon(tuple(sorted(runs.items())), delta, discretization)
+    return _pld_epsilon(tuple(sorted(runs.items())), delta, check_adjacency(adjacency), discretization)
 
 
 @lru_cache(maxsize=256)
 def _pld_epsilon(
-    runs: tuple[tuple[tuple[float, float], int], ...], delta: float, discretization: float
+    runs: tuple[tuple[tuple[float, float], int], ...], delta: float, adjacency: str, discretization: float
 ) -> float:
     from dp_accounting import dp_event, pld
-    from dp_accounting.privacy_accountant import NeighboringRelation
 
     accountant = pld.PLDAccountant(
-        NeighboringRelation.REPLACE_ONE, value_discretization_interval=discretization
+        neighboring_relation(adjacency), value_discretization_interval=discretization
     )
     for (noise_multiplier, sample_rate), steps in runs:
-        accountant.compose(dp_event.SelfComposedDpEvent(gaussian_event(noise_multiplier, sample_rate), steps))
+        event = gaussian_event(noise_multiplier, sample_rate, adjacency)
+        accountant.compose(dp_event.SelfComposedDpEvent(event, steps))
     return float(accountant.get_epsilon(delta))
 
 
-def gaussian_event(noise_multiplier: float, sample_rate: float):
-    """dp-accounting's event for one step of a history entry (REPLACE_ONE convention)."""
+def neighboring_relation(adjacency: str):
+    """dp-accounting's name for ``adjacency``."""
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    check_adjacency(adjacency)
+    return (
+        NeighboringRelation.ADD_OR_REMOVE_ONE if adjacency == ADD_REMOVE else NeighboringRelation.REPLACE_ONE
+    )
+
+
+def gaussian_event(noise_multiplier: float, sample_rate: float, adjacency: str = REPLACE_ONE):
+    """dp-accounting's event for one step of a history entry under ``adjacency``.
+
+    Its Gaussian has sensitivity 1 (add/remove) or 2 (replace-one: a point moves from +1 to
+    -1). An unsampled entry is two Gaussians 2 bounds apart under both (module doc), so under
+    add/remove its event's noise is halved.
+    """
     from dp_accounting import dp_event
 
-    gaussian = dp_event.GaussianDpEvent(noise_multiplier)
-    return gaussian if sample_rate >= 1.0 else dp_event.PoissonSampledDpEvent(sample_rate, gaussian)
+    if sample_rate >= 1.0:
+        return dp_event.GaussianDpEvent(
+            noise_multiplier / 2.0 if adjacency == ADD_REMOVE else noise_multiplier
+        )
+    return dp_event.PoissonSampledDpEvent(sample_rate, dp_event.GaussianDpEvent(noise_multiplier))
 
 
-# Opacus's PRV accountant is add/remove only; the tight figure under replace-one is the PLD's.
+# Opacus's PRV accountant is add/remove only; the tight figure under either adjacency is the PLD's.
 prv_epsilon = pld_epsilon
 
 _ACCOUNTANTS: dict[str, Callable[..., float]] = {"rdp": rdp_epsilon, "pld": pld_epsilon}
 
 
-def epsilon(history: PrivacyHistory, *, delta: float, accountant: str = "rdp") -> float:
-    """Epsilon spent by ``history`` at ``delta`` under the named accountant (replace-one)."""
+def epsilon(
+    history: PrivacyHistory, *, delta: float, accountant: str = "rdp", adjacency: str = REPLACE_ONE
+) -> float:
+    """Epsilon spent by ``history`` at ``delta`` under the named accountant and ``adjacency``."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     try:
         analysis = _ACCOUNTANTS[accountant]
     except KeyError:
         raise ValueError(f"unknown accountant {accountant!r}; choose one of {sorted(_ACCOUNTANTS)}") from None
-    return analysis(history, delta=delta)
+    return analysis(history, delta=delta, adjacency=adjacency)
 
 
 # Calibration's precision on epsilon (the result is always at or below the target).
@@ -286,9 +357,18 @@ _MAX_SIGMA = 1e6
 
 
 @lru_cache(maxsize=256)
-def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
-    """The smallest noise multiplier (to ``CALIBRATION_TOLERANCE``) whose replace-one RDP epsilon
-    after ``steps`` steps at ``sample_rate`` stays within the target.
+def calibrate_noise(
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    adjacency: str = REPLACE_ONE,
+    prior: tuple[tuple[float, float, int], ...] = (),
+) -> float:
+    """The smallest noise multiplier (to ``CALIBRATION_TOLERANCE``) whose RDP epsilon under
+    ``adjacency`` after ``steps`` steps at ``sample_rate``, composed with the ``prior`` releases
+    (``(noise_multiplier, sample_rate, steps)`` each: a dataset's count), stays within the target.
 
     Cached: every round of a job asks for the same calibration.
     """
@@ -297,14 +377,19 @@ def calibrate_noise(*, target_epsilon: float, delta: float, sample_rate: float, 
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     _check_mechanism(noise_multiplier=1.0, sample_rate=sample_rate, steps=steps)
+    check_adjacency(adjacency)
+    step_rdp = add_remove_rdp if adjacency == ADD_REMOVE else replace_one_rdp
+    before = history_rdp(PrivacyHistory([HistoryEntry(*release) for release in prior]), adjacency)
 
     def spent(sigma: float) -> float:  # uncached: the search's sigmas would flush unit_rdp's cache
-        return rdp_to_epsilon(steps * replace_one_rdp(sigma, sample_rate), delta=delta)[0]
+        return rdp_to_epsilon(before + steps * step_rdp(sigma, sample_rate), delta=delta)[0]
 
     with warnings.catch_warnings():
         # The search visits very large sigmas whose optimal RDP order is the largest one tried;
         # that bound is loose but only for sigmas the search rejects anyway.
         warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
+        if prior and rdp_to_epsilon(np.asarray(before), delta=delta)[0] >= target_epsilon:
+            raise ValueError(f"the prior releases alone spend more than epsilon {target_epsilon:g}")
         return _bisect_noise(spent, target_epsilon)
 
 
@@ -328,7 +413,7 @@ def _bisect_noise(spent: Callable[[float], float], target_epsilon: float) -> flo
 
 @dataclass(frozen=True)
 class PrivacySpent:
-    """Privacy of a history snapshot (a job so far) under both accountants (replace-one).
+    """Privacy of a history snapshot (a job so far) under both accountants, at one adjacency.
 
     The epsilons are computed on first access: RDP takes milliseconds, PLD a tenth of a
     second or more, which a simulation of many rounds should not pay unasked.
@@ -336,21 +421,22 @@ class PrivacySpent:
 
     history: tuple[tuple[float, float, int], ...]
     delta: float
+    adjacency: str = REPLACE_ONE
 
     @classmethod
-    def of(cls, history: PrivacyHistory, *, delta: float) -> PrivacySpent:
-        return cls(history=tuple(history.as_tuples()), delta=delta)
+    def of(cls, history: PrivacyHistory, *, delta: float, adjacency: str = REPLACE_ONE) -> PrivacySpent:
+        return cls(history=tuple(history.as_tuples()), delta=delta, adjacency=check_adjacency(adjacency))
 
     def _history(self) -> PrivacyHistory:
         return PrivacyHistory([HistoryEntry(*entry) for entry in self.history])
 
     @cached_property
     def epsilon_rdp(self) -> float:
-        return rdp_epsilon(self._history(), delta=self.delta)
+        return rdp_epsilon(self._history(), delta=self.delta, adjacency=self.adjacency)
 
     @cached_property
     def epsilon_pld(self) -> float:
-        return pld_epsilon(self._history(), delta=self.delta)
+        return pld_epsilon(self._history(), delta=self.delta, adjacency=self.adjacency)
 
     @property
     def epsilon_prv(self) -> float:
@@ -372,7 +458,7 @@ class PrivacySpent:
     def as_dict(self) -> dict[str, float | str]:
         """JSON-ready figures, both accountants and the adjacency included."""
         return {
-            "adjacency": ADJACENCY,
+            "adjacency": self.adjacency,
             "epsilon_rdp": self.epsilon_rdp,
             "epsilon_pld": self.epsilon_pld,
             "delta": self.delta,
@@ -384,7 +470,7 @@ class PrivacySpent:
 
 # ---------------------------------------------------------------- one release's plan
 
-RELEASE_KINDS = ("dp_sgd", "update_gaussian", "score_count")
+RELEASE_KINDS = ("dp_sgd", "update_gaussian", "score_count", "count")
 
 
 @dataclass(frozen=True)
@@ -397,7 +483,9 @@ class ReleasePlan:
     ``sample_rate``, ``steps`` noisy steps), the update-level Gaussian mechanism (a clipped
     update moves by at most 2C: ``r`` = C, rate 1, one step) and the committee's noisy
     correct-counts (a count moves by at most 1: ``r`` = 1/2, so the multiplier is twice the
-    count noise's std; rate 1, one step per score released).
+    count noise's std; rate 1, one step per score released), and the dataset's registered
+    count (``fl_node.dp_count``: the same reading, one step). The bounds hold under both
+    adjacencies; only a sampled step's curve differs between them.
     """
 
     kind: str
@@ -439,9 +527,17 @@ class ReleasePlan:
 
 
 class BudgetLedger:
-    """One dataset's privacy cap and everything spent on it, across rounds and jobs."""
+    """One dataset's privacy cap and everything spent on it, across rounds and jobs, under the
+    dataset's adjacency."""
 
-    def __init__(self, *, epsilon_cap: float, delta: float, history: PrivacyHistory | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        epsilon_cap: float,
+        delta: float,
+        history: PrivacyHistory | None = None,
+        adjacency: str = REPLACE_ONE,
+    ) -> None:
         if not epsilon_cap > 0 or not math.isfinite(epsilon_cap):
             raise ValueError(f"epsilon_cap must be a positive finite number, got {epsilon_cap}")
         if not 0 < delta < 1:
@@ -449,9 +545,10 @@ class BudgetLedger:
         self.epsilon_cap = float(epsilon_cap)
         self.delta = float(delta)
         self.history = history if history is not None else PrivacyHistory()
+        self.adjacency = check_adjacency(adjacency)
 
     def spent(self) -> float:
-        return rdp_epsilon(self.history, delta=self.delta)
+        return rdp_epsilon(self.history, delta=self.delta, adjacency=self.adjacency)
 
     def remaining(self) -> float:
         return max(self.epsilon_cap - self.spent(), 0.0)
@@ -461,7 +558,7 @@ class BudgetLedger:
         planned = self.history.extended(
             noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps
         )
-        projected = rdp_epsilon(planned, delta=self.delta)
+        projected = rdp_epsilon(planned, delta=self.delta, adjacency=self.adjacency)
         if projected > self.epsilon_cap:
             raise PrivacyBudgetExceeded(
                 requested_epsilon=projected,
@@ -476,14 +573,20 @@ class BudgetLedger:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"epsilon_cap": self.epsilon_cap, "delta": self.delta, "history": self.history.as_tuples()}
+            {
+                "epsilon_cap": self.epsilon_cap,
+                "delta": self.delta,
+                "history": self.history.as_tuples(),
+                "adjacency": self.adjacency,
+            }
         )
 
     @classmethod
     def from_json(cls, text: str) -> BudgetLedger:
         data = json.loads(text)
         history = PrivacyHistory.from_json(json.dumps(data["history"]))
-        return cls(epsilon_cap=data["epsilon_cap"], delta=data["delta"], history=history)
+        adjacency = data.get("adjacency", REPLACE_ONE)  # ledgers saved before adjacencies were named
+        return cls(epsilon_cap=data["epsilon_cap"], delta=data["delta"], history=history, adjacency=adjacency)
 
 
 # ---------------------------------------------------------------- update-level Gaussian mechanism

@@ -1,16 +1,19 @@
 """One participant's privacy in one job, planned once: what each round may release, at what noise.
 
 Every release that depends on a dataset is charged to it in one RDP history
-(``fl_node.privacy``), under one adjacency: **replace-one** (neighbouring datasets have the
-same size and differ in one record; the size is public). A round of a job releases, per
-participant, either
+(``fl_node.privacy``), under the job's adjacency (``dp.adjacency``): **add-remove** for a job
+created now (every dataset that joins registered a DP count of its records,
+``fl_node.dp_count``, and that count is part of every participant's plan: the calibration
+composes it with the job's releases, and a participant's job figure includes it), or
+**replace-one** for a job configured before adjacencies were named (its datasets' sizes were
+published exactly). A round of a job releases, per participant, either
 
 * a **training update**: DP-SGD (Poisson rate q, ``steps`` noisy steps, per-example clip C:
-  the replaced record moves a step's noisy sum by up to 2C when sampled), or the
+  a record moves a step's noisy sum by up to C when sampled, 2C when replaced), or the
   **update-level Gaussian mechanism** (the whole local update clipped to C and noised once:
   one record can move it anywhere in the C-ball, 2C);
 * or, for a committee member, **scores**: one noisy correct-count per update it scores
-  (replacing one record changes a count by at most 1; std = the score noise).
+  (one record changes a count by at most 1; std = the score noise).
 
 A member is on the committee or trains in a round, never both, so a job's spend is at most
 ``rounds`` times the larger of the two per-round curves. The plan picks the score noise so
@@ -22,9 +25,9 @@ round makes, which is what a Renyi filter needs: Feldman and Zrnic 2021). A data
 declares its hold-out split public (on chain, at registration) is scored without noise and
 without a charge.
 
-The plan is a function of public values only: the job's config, the dataset's size n (on
-chain), whether its hold-out is public (on chain) and the number of scores a committee member
-releases. The training part's size is the planned one (:func:`planned_train_size`), not the
+The plan is a function of public values only: the job's config, the dataset's registered size
+n (on chain: its DP count under add-remove), whether its hold-out is public (on chain) and the
+number of scores a committee member releases. The training part's size is the planned one (:func:`planned_train_size`), not the
 count the node's secret split happens to give, so any member can recompute every
 participant's plan, and from its recorded spends its epsilon (:func:`job_epsilon`).
 
@@ -39,10 +42,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fl_node.privacy import (
+    ADD_REMOVE,
     ORDERS,
+    REPLACE_ONE,
     PrivacyHistory,
     ReleasePlan,
     calibrate_noise,
+    check_adjacency,
+    history_rdp,
     rdp_epsilon,
     rdp_to_epsilon,
     unit_rdp,
@@ -78,7 +85,8 @@ class PrivacyPlan:
 
     ``train`` is one training round's release (None without DP); ``score_noise_multiplier``
     is the std of each score's count noise (sensitivity 1), None when scores are not noised
-    (a job without DP, or a public hold-out).
+    (a job without DP, or a public hold-out). ``count`` is the dataset's registered DP count
+    (add-remove plans only): calibrated against and composed into the job's figure.
     """
 
     mode: str
@@ -90,6 +98,8 @@ class PrivacyPlan:
     score_noise_multiplier: float | None
     scores_per_round: int
     public_holdout: bool
+    adjacency: str = REPLACE_ONE
+    count: ReleasePlan | None = None
 
     @property
     def private(self) -> bool:
@@ -129,6 +139,8 @@ class PrivacyPlan:
             "score_noise_multiplier": self.score_noise_multiplier,
             "scores_per_round": self.scores_per_round,
             "public_holdout": self.public_holdout,
+            "adjacency": self.adjacency,
+            "count": self.count.as_dict() if self.count else None,
         }
 
 
@@ -187,8 +199,14 @@ def plan_privacy(
     scores_per_round: int = 1,
     public_holdout: bool = False,
     max_local_steps: int | None = None,
+    adjacency: str = REPLACE_ONE,
+    count: ReleasePlan | None = None,
 ) -> PrivacyPlan:
     """The plan of one participant with ``num_records`` records (``num_train`` of them trained on).
+
+    ``adjacency``: the job's. Under add-remove ``count`` (the dataset's registered count's
+    release, ``fl_node.dp_count.count_release``) is required: the noise is calibrated so that
+    the count and every round of the job together stay within the target.
 
     ``max_local_steps`` (DP-SGD only) is the most steps a round may run when the work per round
     varies (``fl_node.scheduler.AimdController``): the noise is calibrated for ``rounds x
@@ -203,8 +221,23 @@ def plan_privacy(
         raise ValueError("scores_per_round must not be negative")
     if not clip_norm > 0 or not math.isfinite(clip_norm):
         raise ValueError(f"the clip norm must be a positive number, got {clip_norm}")
+    check_adjacency(adjacency)
+    if (adjacency == ADD_REMOVE) != (count is not None):
+        raise ValueError("an add-remove plan needs the dataset's count release, and only it takes one")
     if mode == "none":
-        return PrivacyPlan(mode, None, delta, rounds, clip_norm, None, None, scores_per_round, public_holdout)
+        return PrivacyPlan(
+            mode,
+            None,
+            delta,
+            rounds,
+            clip_norm,
+            None,
+            None,
+            scores_per_round,
+            public_holdout,
+            adjacency,
+            count,
+        )
     if target_epsilon is None or not target_epsilon > 0 or not math.isfinite(target_epsilon):
         raise ValueError(f"a private job needs a positive target epsilon, got {target_epsilon}")
     check_delta(delta, num_records)
@@ -214,19 +247,35 @@ def plan_privacy(
             if not isinstance(max_local_steps, int) or max_local_steps < 1:
                 raise ValueError(f"max_local_steps must be a positive integer, got {max_local_steps!r}")
             steps = max_local_steps
+    prior = () if count is None else tuple(count.history().as_tuples())
+    if mode == "sgd":
         rate = min(batch_size / num_train, 1.0)
         sigma = calibrate_noise(
-            target_epsilon=target_epsilon, delta=delta, sample_rate=rate, steps=rounds * steps
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=rate,
+            steps=rounds * steps,
+            adjacency=adjacency,
+            prior=prior,
         )
         train = ReleasePlan("dp_sgd", sigma, rate, steps)
     else:
         # One release per round, no amplification (participation is public on chain).
-        sigma = calibrate_noise(target_epsilon=target_epsilon, delta=delta, sample_rate=1.0, steps=rounds)
+        sigma = calibrate_noise(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=1.0,
+            steps=rounds,
+            adjacency=adjacency,
+            prior=prior,
+        )
         train = ReleasePlan("update_gaussian", sigma, 1.0, 1)
     score_noise = (
         None
         if public_holdout or scores_per_round == 0
-        else dominating_score_noise(train, scores_per_round, rounds=rounds, delta=delta)
+        else dominating_score_noise(
+            train, scores_per_round, rounds=rounds, delta=delta, adjacency=adjacency, count=count
+        )
     )
     return PrivacyPlan(
         mode,
@@ -238,10 +287,20 @@ def plan_privacy(
         score_noise,
         scores_per_round,
         public_holdout,
+        adjacency,
+        count,
     )
 
 
-def dominating_score_noise(train: ReleasePlan, scores: int, *, rounds: int, delta: float) -> float:
+def dominating_score_noise(
+    train: ReleasePlan,
+    scores: int,
+    *,
+    rounds: int,
+    delta: float,
+    adjacency: str = REPLACE_ONE,
+    count: ReleasePlan | None = None,
+) -> float:
     """The smallest count-noise std whose ``scores`` releases never raise the job's epsilon.
 
     The job's bound is epsilon(rounds x T) where T is a training round's RDP curve; the
@@ -250,12 +309,14 @@ def dominating_score_noise(train: ReleasePlan, scores: int, *, rounds: int, delt
     it by at most 1). If a round of ``scores`` counts costs at most T at alpha*, every mix of
     training and scoring rounds has an RDP curve at most rounds x T at alpha*, hence an
     epsilon at most the one at alpha*, which is the job's target:
-    s^2 = scores * alpha* / (2 T(alpha*)).
+    s^2 = scores * alpha* / (2 T(alpha*)). With a registered count C, the bound is
+    epsilon(C + rounds x T) and alpha* its order; the argument is the same.
     """
     if scores < 1:
         raise ValueError("scores must be at least 1")
-    train_curve = train.steps * unit_rdp(train.noise_multiplier, train.sample_rate)
-    _, best_order = rdp_to_epsilon(rounds * train_curve, delta=delta)
+    train_curve = train.steps * unit_rdp(train.noise_multiplier, train.sample_rate, adjacency)
+    before = 0.0 if count is None else history_rdp(count.history(), adjacency)
+    _, best_order = rdp_to_epsilon(before + rounds * train_curve, delta=delta)
     index = list(ORDERS).index(best_order)
     std = math.sqrt(scores * best_order / (2.0 * train_curve[index])) * (1 + 1e-9)
     # The float rounding of the bound must not flip it (the recorded multiplier is 2 std).
@@ -326,13 +387,18 @@ def spends_history(plan: PrivacyPlan, spends: Iterable[tuple[int, int]]) -> Priv
 
 
 def job_epsilon(plan: PrivacyPlan, spends: Iterable[tuple[int, int]]) -> float:
-    """A participant's own epsilon in one job, at the job's delta, from its recorded spends.
+    """A participant's own epsilon in one job, at the job's delta and adjacency, from its
+    recorded spends.
 
     Anyone can compute it: the plan follows from public values (the job's config, the
-    dataset's size on chain, its public hold-out flag, the committee's score count), and the
-    spends (kind, steps) are on chain. It is the job's releases composed on their own, not the
-    rise of the dataset's whole budget (which other jobs share).
+    dataset's registered size on chain, its public hold-out flag, the committee's score count),
+    and the spends (kind, steps) are on chain. It is the job's releases composed on their own
+    (with the dataset's count under add-remove, which that adjacency rests on), not the rise of
+    the dataset's whole budget (which other jobs share).
     """
     if plan.train is None:
         return 0.0
-    return rdp_epsilon(spends_history(plan, spends), delta=plan.delta)
+    history = spends_history(plan, spends)
+    if plan.count is not None:
+        history = PrivacyHistory(plan.count.history().entries + history.entries)
+    return rdp_epsilon(history, delta=plan.delta, adjacency=plan.adjacency)

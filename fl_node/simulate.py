@@ -45,6 +45,7 @@ from fl_node.committee import (
     score_to_int,
 )
 from fl_node.data import ArrayDataset, DatasetSplits, load_dataset, map_features
+from fl_node.dp_count import count_release, noisy_count
 from fl_node.job import aggregation, training
 from fl_node.job.config import DPConfig, JobConfig
 from fl_node.job.plan import participant_plan as job_participant_plan
@@ -54,7 +55,14 @@ from fl_node.job.simulated import job_for
 from fl_node.local_round import local_round
 from fl_node.models import create_model, split_fixed_features
 from fl_node.partition import partition
-from fl_node.privacy import PrivacyHistory, ReleasePlan, UpdateGaussianMechanism, prv_epsilon, rdp_epsilon
+from fl_node.privacy import (
+    ADD_REMOVE,
+    PrivacyHistory,
+    ReleasePlan,
+    UpdateGaussianMechanism,
+    prv_epsilon,
+    rdp_epsilon,
+)
 from fl_node.privacy_plan import PrivacyPlan
 from fl_node.robust import (
     RoundDefense,
@@ -179,7 +187,10 @@ class Participant:
     train: ArrayDataset
     val: ArrayDataset
     attack: Attack | None = None
-    # Everything this participant released in the job (training and scores), one RDP history.
+    # The size its dataset registered: a DP count under add-remove (fl_node.dp_count, charged as
+    # its first release), the exact size under replace-one. Set by build_participants.
+    registered: int = 0
+    # Everything this participant released in the job (count, training, scores), one RDP history.
     history: PrivacyHistory = field(default_factory=PrivacyHistory)
     score_history: PrivacyHistory = field(default_factory=PrivacyHistory)
     plan: PrivacyPlan | None = None
@@ -288,7 +299,9 @@ def node_address(seed: int, index: int) -> str:
     return "0x" + hashlib.sha256(f"defl-sim:{seed}:{index}".encode()).hexdigest()[:40]
 
 
-def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[Participant]:
+def build_participants(
+    config: SimulationConfig, splits: DatasetSplits, randomness_secret: bytes | None = None
+) -> list[Participant]:
     attack, fraction = parse_attack_spec(config.attack)
     seed = config.job.seed
     attackers = choose_attackers(config.nodes, fraction, seed=seed)
@@ -313,6 +326,14 @@ def build_participants(config: SimulationConfig, splits: DatasetSplits) -> list[
         for i in range(config.nodes)
     ]
     for participant in participants:
+        records = len(participant.train) + len(participant.val)
+        if config.job.dp.private and config.job.dp.adjacency == ADD_REMOVE:
+            participant.registered = noisy_count(
+                records, randomness=_stream(randomness_secret, "count", participant.index)
+            )
+            participant.charge(count_release())
+        else:
+            participant.registered = records
         participant.plan = participant_plan(config, participant)
     return participants
 
@@ -334,10 +355,10 @@ def targeted_attack(config: SimulationConfig, splits: DatasetSplits) -> Targeted
 
 def participant_plan(config: SimulationConfig, participant: Participant) -> PrivacyPlan:
     """The participant's privacy plan, as every node computes it (fl_node.job.plan): from the job
-    and public numbers only (its records, its hold-out flag, the score releases of a round)."""
+    and public numbers only (its registered size, its hold-out flag, the score releases of a round)."""
     return job_participant_plan(
         config.job,
-        samples=len(participant.train) + len(participant.val),
+        samples=participant.registered,
         public_holdout=config.public_holdouts,
         scores_per_round=scores_per_round(config.nodes, config.job.committee_size),
     )
@@ -407,7 +428,9 @@ def run_simulation(
     )
     _, scratch = prepared_model_and_data(config.dataset, job.model, seed=job.seed, options=job.model_options)
     # Nodes of an "absent" spec take no part (the honest-only reference); the rest keep their data.
-    participants = [p for p in build_participants(config, splits) if not (p.attack and p.attack.absent)]
+    participants = [
+        p for p in build_participants(config, splits, randomness_secret) if not (p.attack and p.attack.absent)
+    ]
     if len(participants) <= job.committee_size:
         raise ValueError(
             f"{len(participants)} nodes take part: not enough for a committee of {job.committee_size}"
@@ -712,7 +735,11 @@ def _spent(job: JobConfig, participants: list[Participant]) -> dict[str, float]:
         "epsilon_rdp": _job_epsilon(histories, job, rdp_epsilon),
         "epsilon_prv": _job_epsilon(histories, job, prv_epsilon),
         "score_epsilon_rdp": max(
-            (rdp_epsilon(p.score_history, delta=job.dp.delta) for p in participants), default=0.0
+            (
+                rdp_epsilon(p.score_history, delta=job.dp.delta, adjacency=job.dp.adjacency)
+                for p in participants
+            ),
+            default=0.0,
         ),
     }
 
@@ -721,7 +748,9 @@ def _job_epsilon(histories, job: JobConfig, accountant) -> float:
     """The largest epsilon any participant spent so far: training and scores composed."""
     if not job.dp.private:
         return 0.0
-    return max((accountant(h, delta=job.dp.delta) for h in histories), default=0.0)
+    return max(
+        (accountant(h, delta=job.dp.delta, adjacency=job.dp.adjacency) for h in histories), default=0.0
+    )
 
 
 def centralized_baseline(

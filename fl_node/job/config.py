@@ -35,6 +35,7 @@ from fl_node.job.limits import (
     NORM_BOUND_BELOW,
 )
 from fl_node.models import available_models
+from fl_node.privacy import ADJACENCIES, REPLACE_ONE
 from fl_node.robust import DEFAULT_DEFENSE, DEFAULT_MAX_SHARE_BP, DEFENSES
 from fl_node.sparse import ENCODINGS, PUBLIC_RULES, SparsePolicy
 
@@ -58,6 +59,12 @@ class DPConfig:
     target_epsilon: float | None = None
     delta: float = 1e-5
     max_grad_norm: float = 1.0
+    # The neighbouring relation every charge of the job is computed under (fl_node.privacy).
+    # "add-remove" needs every participant's dataset to have registered a DP count of its records
+    # (fl_node.dp_count); jobs are created so (the API's default). "replace-one" is what a
+    # configuration without the field means: jobs from before it, whose datasets' exact sizes
+    # were public.
+    adjacency: str = REPLACE_ONE
 
     @property
     def private(self) -> bool:
@@ -169,6 +176,8 @@ class JobConfig:
                 del data["sparse"]["public_rule"]
         if not self.adaptive_work:  # likewise
             del data["adaptive_work"], data["max_local_steps"]
+        if self.dp.adjacency == REPLACE_ONE:  # likewise
+            del data["dp"]["adjacency"]
         # The defense: "none" and "committee" keep the bytes they had before the field (no key; the
         # former "robust": true), the others name it. One spelling per value, so bytes stay canonical.
         defense = data.pop("defense")
@@ -300,6 +309,7 @@ def _check_periods(job: JobConfig) -> None:
 
 def _check_dp(dp: DPConfig) -> None:
     _check(dp.mode in DP_MODES, "dp.mode", f"must be one of {', '.join(DP_MODES)}")
+    _check(dp.adjacency in ADJACENCIES, "dp.adjacency", f"must be one of {', '.join(ADJACENCIES)}")
     if dp.private:
         _check(
             dp.target_epsilon is not None and _positive(dp.target_epsilon),

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 
+from fl_node.dp_count import count_release
 from fl_node.job.config import JobConfig
 from fl_node.job.limits import MAX_SPEND_PER_ROUND_MICRO, MICRO_EPSILON
-from fl_node.privacy import UpdateGaussianMechanism
+from fl_node.privacy import ADD_REMOVE, UpdateGaussianMechanism
 from fl_node.privacy_plan import PrivacyPlan, plan_privacy, public_train_size
 
 # One release may charge at most this many times the job's whole target epsilon (see below).
@@ -85,6 +86,9 @@ def privacy_plan(
         # Adaptive work: noise calibrated for the most steps a round may run; each round is
         # charged for the steps it ran (fl_node.privacy_plan.train_release).
         max_local_steps=job.max_local_steps if job.adaptive_work else None,
+        adjacency=job.dp.adjacency,
+        # Under add-remove every participant's registered size is a DP count (fl_node.dp_count).
+        count=count_release() if job.dp.adjacency == ADD_REMOVE else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Replace-one accounting: the quadrature against closed forms and adaptive quadrature, PLD beneath
+"""Replace-one accounting (the default; add-remove in test_add_remove.py): the quadrature against closed forms and adaptive quadrature, PLD beneath
 RDP, replace-one never cheaper than add/remove; budgets compose and refuse; the update mechanism
 clips and noises."""
 
@@ -12,8 +12,8 @@ import torch
 from opacus.accountants.analysis import rdp as add_remove_rdp
 
 from fl_node.privacy import (
-    ADJACENCY,
     ORDERS,
+    REPLACE_ONE,
     BudgetLedger,
     PrivacyBudgetExceeded,
     PrivacyHistory,
@@ -44,8 +44,9 @@ def test_history_merges_runs_and_round_trips_json():
     json.loads(history.to_json())  # plain JSON a node can store
 
 
-def test_the_accounting_is_replace_one():
-    assert ADJACENCY == "replace-one"
+def test_the_default_accounting_is_replace_one():
+    history = _history()
+    assert epsilon(history, delta=1e-5) == epsilon(history, delta=1e-5, adjacency=REPLACE_ONE)
 
 
 @pytest.mark.parametrize(("sigma", "rate"), [(0.6, 0.01), (1.0, 0.2), (3.7, 0.18), (12.0, 0.5), (1.0, 0.95)])
