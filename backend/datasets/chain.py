@@ -51,6 +51,7 @@ def register_dataset(
     epsilon_cap: float,
     public_holdout_hash: str | None = None,
     disjoint: bool = False,
+    initial_spend: int = 0,
 ) -> Registration | None:
     """DataRegistry.registerDataset; None (skipped) without a ledger.
 
@@ -60,6 +61,8 @@ def register_dataset(
     split this dataset declares public (committee scores on it carry no noise), recorded on chain
     for everyone to see; None when none. ``disjoint``: the provider declares that the dataset
     shares no record with its others, so the chain gives it a budget source of its own.
+    ``initial_spend``: micro-epsilon of the release the registration makes (``samples`` a DP count
+    of the records), counted into the dataset's budget source on chain; 0 for none.
     """
     if not 0 < epsilon_cap <= MAX_EPSILON_CAP:  # NaN too: the chain would refuse it, say why first
         raise InvalidInput(
@@ -79,6 +82,7 @@ def register_dataset(
         round(epsilon_cap * MICRO_EPSILON),
         bytes.fromhex(public_holdout_hash.removeprefix("0x")) if public_holdout_hash else b"\x00" * 32,
         disjoint,
+        initial_spend=initial_spend,
     )
     receipt = ledger.client.transact(call)
     event = receipt.event("DatasetRegistered").args

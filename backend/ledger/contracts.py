@@ -157,6 +157,8 @@ class DataRegistry(ContractBase):
         privacy_cap: int,
         public_holdout_hash: bytes = ZERO32,
         disjoint: bool = False,
+        *,
+        initial_spend: int = 0,
     ) -> int:
         """Register a dataset owned by this node; returns its id.
 
@@ -164,12 +166,22 @@ class DataRegistry(ContractBase):
         unkeyed hash of them); ``privacy_cap`` in micro-epsilon (at most 100_000_000);
         ``public_holdout_hash``: the (keyed) hash of a hold-out split declared public (scored without
         noise), zero bytes when none; ``disjoint``: the provider declares it shares no record with its
-        other datasets (a budget source of its own), else it shares the provider's one. A
-        commitment already registered raises ``DuplicateDataset`` naming the existing id.
+        other datasets (a budget source of its own), else it shares the provider's one;
+        ``initial_spend``: the micro-epsilon of the release the registration makes (``samples`` a DP
+        count of the records), counted into the source's spend and recorded in DatasetRegistered
+        (``InvalidDataset`` "initialSpend" past the source's cap); 0 for none. A commitment already
+        registered raises ``DuplicateDataset`` naming the existing id.
         """
         receipt = self.client.transact(
             self.register_call(
-                commitment, swarm_ref, schema_hash, samples, privacy_cap, public_holdout_hash, disjoint
+                commitment,
+                swarm_ref,
+                schema_hash,
+                samples,
+                privacy_cap,
+                public_holdout_hash,
+                disjoint,
+                initial_spend=initial_spend,
             )
         )
         return receipt.event("DatasetRegistered").args["datasetId"]
@@ -183,6 +195,8 @@ class DataRegistry(ContractBase):
         privacy_cap: int,
         public_holdout_hash: bytes = ZERO32,
         disjoint: bool = False,
+        *,
+        initial_spend: int = 0,
     ) -> ContractCall:
         """The encoded registerDataset call (for callers that want the whole receipt)."""
         return self.encode(
@@ -194,6 +208,7 @@ class DataRegistry(ContractBase):
             privacy_cap,
             public_holdout_hash,
             disjoint,
+            initial_spend,
         )
 
     # --- carrying a predecessor's datasets over (docs/OPERATIONS.md, Upgrades)

@@ -370,6 +370,13 @@ def dataset_registered(e: DecodedEvent) -> None:
             disjoint=a["disjoint"],
         ),
     )
+    initial_spend = int(a.get("initialSpend") or 0)  # absent from events of contracts before it
+    if created and initial_spend:
+        # the release its registration made (samples: a DP count) counts into the source's spend;
+        # once per dataset, so a replay adds nothing
+        source.spent = int(source.spent) + initial_spend
+        source.save(update_fields=["spent"])
+        Dataset.objects.filter(source=source).update(privacy_spent=source.spent)
     if not created and dataset.source_id is None and dataset.owner.lower() == str(a["owner"]).lower():
         # a dataset of the previous contracts (no sources), carried over with the same id
         # (docs/OPERATIONS.md, Upgrades): it joins the source the new contracts gave it

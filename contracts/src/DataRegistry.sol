@@ -18,8 +18,10 @@ import {INodeRegistry, IDataRegistry, IPreviousDataRegistry, IImportPart} from "
 /// non-disjoint dataset creates it) unless the provider declares a dataset disjoint from its
 /// other data at registration (recorded in DatasetRegistered), which gives that dataset a source
 /// of its own. A source's cap is the smallest cap of its datasets; every spend on any of its
-/// datasets counts against it. So a provider's copies of one dataset (rescaled, jittered, or
-/// re-uploaded) share a budget unless the provider itself declares them disjoint.
+/// datasets counts against it, the release its registration makes included (`initialSpend`: the
+/// size a dataset registers is a DP count of its records; recorded in DatasetRegistered). So a
+/// provider's copies of one dataset (rescaled, jittered, or re-uploaded) share a budget unless the
+/// provider itself declares them disjoint.
 ///
 /// Grants have caps and end: a grantee's spends also count against its grant's cap, and after
 /// `revoke` every later spend by the grantee reverts (GrantRevoked), so its running jobs release
@@ -102,7 +104,8 @@ contract DataRegistry is IDataRegistry, IImportPart {
         uint64 privacyCap,
         bytes32 publicHoldoutHash,
         uint256 sourceId,
-        bool disjoint
+        bool disjoint,
+        uint64 initialSpend
     );
     event AccessGranted(
         uint256 indexed datasetId, address indexed owner, address indexed grantee, bytes wrappedKey, uint64 cap
@@ -177,7 +180,8 @@ contract DataRegistry is IDataRegistry, IImportPart {
                 old.privacyCap,
                 old.publicHoldoutHash,
                 sourceId,
-                true
+                true,
+                0
             );
             _carry(id, old.privacySpent);
         }
@@ -221,6 +225,10 @@ contract DataRegistry is IDataRegistry, IImportPart {
     /// @notice Registers a dataset. `commitment`: a commitment to its records keyed by a secret of
     /// the provider's node. `disjoint`: the provider declares it shares no record with its other
     /// datasets, so it gets a budget source of its own; otherwise it joins the provider's shared one.
+    /// `initialSpend`: the micro-epsilon of the release made at registration (`samples` is a DP
+    /// count of the records, not their exact number), counted into the source's spend like any
+    /// other release and recorded in DatasetRegistered; within the source's cap after this
+    /// dataset's cap applies (InvalidDataset("initialSpend") otherwise). 0: no release.
     function registerDataset(
         bytes32 commitment,
         bytes32 swarmRef,
@@ -228,7 +236,8 @@ contract DataRegistry is IDataRegistry, IImportPart {
         uint64 samples,
         uint64 privacyCap,
         bytes32 publicHoldoutHash,
-        bool disjoint
+        bool disjoint,
+        uint64 initialSpend
     ) external returns (uint256 datasetId) {
         _requireMember(msg.sender);
         if (commitment == bytes32(0)) revert InvalidDataset("commitment");
@@ -240,11 +249,21 @@ contract DataRegistry is IDataRegistry, IImportPart {
         if (existing != 0) revert DuplicateDataset(commitment, existing);
         uint256 sourceId = disjoint ? 0 : _sharedSource[msg.sender];
         if (sourceId == 0) {
+            // the whole budget is this dataset's cap (<= MAX_PRIVACY_CAP: both fit 48 bits)
+            if (initialSpend > privacyCap) revert InvalidDataset("initialSpend");
             sourceId = ++sourceCount;
-            _sources[sourceId] = Source(msg.sender, uint48(privacyCap), 0); // privacyCap <= MAX_PRIVACY_CAP
+            _sources[sourceId] = Source(msg.sender, uint48(privacyCap), uint48(initialSpend));
             if (!disjoint) _sharedSource[msg.sender] = sourceId;
-        } else if (privacyCap < _sources[sourceId].cap) {
-            _sources[sourceId].cap = uint48(privacyCap); // the most restrictive declaration wins
+        } else {
+            Source storage source = _sources[sourceId];
+            uint48 cap = source.cap;
+            if (privacyCap < cap) source.cap = cap = uint48(privacyCap); // the most restrictive wins
+            if (initialSpend != 0) {
+                // checked as recordSpend checks a spend, against the cap as this dataset leaves it
+                uint48 spent = source.spent;
+                if (uint256(spent) + initialSpend > cap) revert InvalidDataset("initialSpend");
+                source.spent = spent + uint48(initialSpend); // at most the cap
+            }
         }
         datasetId = ++datasetCount;
         _byCommitment[commitment] = datasetId;
@@ -261,7 +280,8 @@ contract DataRegistry is IDataRegistry, IImportPart {
             privacyCap,
             publicHoldoutHash,
             sourceId,
-            disjoint
+            disjoint,
+            initialSpend
         );
     }
 

@@ -99,6 +99,7 @@ def attack_chain(ledgers, seed: str) -> ChainAttack:
         schemaHash=b"\x07" * 32,
         samples=U64_MAX,
         privacyCap=CAP_1E13,
+        initialSpend=0,
     )
     cap = send_raw(w3, hostile, deployment.address("DataRegistry"), call)
     emitted = _emit_refused_events(ledgers, seed) if "anvil" in w3.client_version.lower() else None
@@ -198,7 +199,7 @@ def crafted_logs(deployment, attack: ChainAttack, block: int, member: str) -> li
             jobTotal=U64_MAX,
             sourceTotal=U64_MAX,
         ),
-        # an epsilon cap of 1e13 and 2^64 - 1 samples under a dataset id near 2^200
+        # an epsilon cap of 1e13, 2^64 - 1 samples and spend under a dataset id near 2^200
         log(
             "DataRegistry",
             "DatasetRegistered",
@@ -211,6 +212,7 @@ def crafted_logs(deployment, attack: ChainAttack, block: int, member: str) -> li
             samples=U64_MAX,
             privacyCap=CAP_1E13,
             sourceId=BIG_ID,
+            initialSpend=U64_MAX,
         ),
         # a job id above 2^63 whose deadlines are at 2^64 - 1
         log("FederatedLearning", "JobProposed", 3, jobId=CRAFTED_JOB, proposer=member, spec=spec_tuple),

@@ -178,6 +178,7 @@ class HostileMember:
             samples=samples,
             privacyCap=privacy_cap,
             disjoint=disjoint,
+            initialSpend=0,  # no release counted for its (claimed) size
         )
         assert receipt["status"] == 1, receipt
         # DatasetRegistered(uint256 indexed datasetId, ...): the id is the first indexed topic

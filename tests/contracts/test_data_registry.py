@@ -1,5 +1,5 @@
 """DataRegistry: dataset records, budget sources, grants (wrapped key only in the event, a cap each),
-revocation that stops spends, key rotation, privacy caps."""
+revocation that stops spends, key rotation, privacy caps, the release a registration makes."""
 
 from __future__ import annotations
 
@@ -144,3 +144,98 @@ def test_spends_are_recorded_only_by_the_wired_federated_learning_contract(fed):
         with pytest.raises(errors.Unauthorized):
             who.client.transact(who.data.encode("recordSpend", 1, 7, 1, who.client.address, 1, 0, 0))
     assert deployer.data.get_source(deployer.data.source_of(1)).spent == 0
+
+
+def test_registration_release_counts_toward_its_source(fed):
+    """A dataset registers a DP count of its records, a release: its epsilon (``initialSpend``)
+    counts into the source's spend, at most the source's cap, and DatasetRegistered records it."""
+    data, client = fed.member(0).data, fed.member(0).client
+    with pytest.raises(errors.InvalidDataset) as caught:  # more than the new source's whole cap
+        client.transact(
+            data.register_call(
+                b"\x81" * 32,
+                b"\x02" * 32,
+                b"\x05" * 32,
+                97,
+                4_000_000,
+                disjoint=True,
+                initial_spend=4_000_001,
+            )
+        )
+    assert caught.value.args_ == {"reason": "initialSpend"}
+    assert data.dataset_by_commitment(b"\x81" * 32) == 0  # nothing registered
+    call = data.register_call(
+        b"\x81" * 32, b"\x02" * 32, b"\x05" * 32, 97, 4_000_000, disjoint=True, initial_spend=250_000
+    )
+    event = client.transact(call).event("DatasetRegistered").args
+    assert event["initialSpend"] == 250_000
+    source = data.get_source(data.source_of(event["datasetId"]))
+    assert (source.cap, source.spent) == (4_000_000, 250_000)
+    # the whole cap at once is within it (as a spend of exactly what is left is)
+    whole = data.register_dataset(
+        b"\x82" * 32, b"\x02" * 32, b"\x05" * 32, 50, 1_000_000, disjoint=True, initial_spend=1_000_000
+    )
+    assert data.get_source(data.source_of(whole)).spent == 1_000_000
+    # without a release (0) nothing is counted
+    plain = data.register_dataset(b"\x83" * 32, b"\x02" * 32, b"\x05" * 32, 50, 1_000_000, disjoint=True)
+    assert data.get_source(data.source_of(plain)).spent == 0
+
+
+def test_a_shared_source_accumulates_registration_releases(fed):
+    """Each dataset joining a provider's shared source adds its release to what the source spent,
+    checked against the source's cap after the new dataset's cap applies."""
+    data = fed.member(0).data
+    source_id = data.source_of(1)  # the fixture's dataset of member 0: cap 3_000_000, nothing spent
+    first = data.register_dataset(
+        b"\x91" * 32, b"\x02" * 32, b"\x05" * 32, 90, 3_000_000, initial_spend=1_000_000
+    )
+    assert data.source_of(first) == source_id and data.get_source(source_id).spent == 1_000_000
+    # 1_000_000 + 1_500_000 fits the source's cap of 3_000_000, not this dataset's 2_000_000
+    with pytest.raises(errors.InvalidDataset) as caught:
+        data.register_dataset(
+            b"\x92" * 32, b"\x02" * 32, b"\x05" * 32, 90, 2_000_000, initial_spend=1_500_000
+        )
+    assert caught.value.args_ == {"reason": "initialSpend"}
+    assert data.get_source(source_id).cap == 3_000_000  # the refused registration changed nothing
+    data.register_dataset(b"\x92" * 32, b"\x02" * 32, b"\x05" * 32, 90, 2_000_000, initial_spend=1_000_000)
+    source = data.get_source(source_id)
+    assert (source.cap, source.spent) == (2_000_000, 2_000_000)
+    for amount in (1, 2**64 - 1):  # past the cap, or past what any counter holds: refused alike
+        with pytest.raises(errors.InvalidDataset):
+            data.register_dataset(
+                b"\x93" * 32, b"\x02" * 32, b"\x05" * 32, 90, 3_000_000, initial_spend=amount
+            )
+    assert data.get_source(source_id).spent == 2_000_000
+    # another provider's source is its own
+    other = fed.member(1).data
+    assert other.get_source(other.source_of(2)).spent == 0
+
+
+@pytest.mark.django_db
+def test_the_mirror_counts_registration_releases(fed):
+    """The indexer adds DatasetRegistered's initialSpend to the source's spend, once."""
+    from backend.ledger import models
+    from backend.ledger.indexer import EventIndexer
+
+    data = fed.member(0).data
+    source_id = data.source_of(1)
+    data.register_dataset(b"\xa1" * 32, b"\x02" * 32, b"\x05" * 32, 90, 3_000_000, initial_spend=700_000)
+    data.register_dataset(b"\xa2" * 32, b"\x02" * 32, b"\x05" * 32, 90, 3_000_000, initial_spend=300_000)
+    own = data.register_dataset(
+        b"\xa3" * 32, b"\x02" * 32, b"\x05" * 32, 90, 3_000_000, disjoint=True, initial_spend=5
+    )
+    indexer = EventIndexer(fed.member(0).client, fed.member(0).deployment)
+    indexer.sync()
+    assert (
+        models.BudgetSource.objects.get(source_id=source_id).spent
+        == 1_000_000
+        == data.get_source(source_id).spent
+    )
+    shown = set(
+        models.Dataset.objects.filter(source__source_id=source_id).values_list("privacy_spent", flat=True)
+    )
+    assert shown == {1_000_000}  # every dataset of the source shows the source's spend
+    assert models.Dataset.objects.get(dataset_id=own).privacy_spent == 5
+    models.IndexerCursor.objects.all().delete()  # a replay adds nothing
+    assert indexer.sync().new_events == 0
+    assert models.BudgetSource.objects.get(source_id=source_id).spent == 1_000_000
