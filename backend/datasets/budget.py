@@ -6,7 +6,10 @@ one ``PrivacyRelease`` row holding its ``ReleasePlan``. A dataset's spend is the
 of every release on every dataset of its budget group (datasets that share records, see
 ``BudgetGroup``), which is valid for any interleaving of rounds and jobs and far tighter than
 adding per-job epsilons. The group's cap is its members' smallest cap and its delta their
-smallest delta.
+smallest delta. Its adjacency is add-remove when every member registered a DP count of its
+records (``fl_node.dp_count``; the count is the member's first release, kind ``count``), and
+replace-one when any member registered its exact size: replace-one's curve is the larger one,
+so it bounds the others' releases too.
 
 The round driver charges a release before it computes it: ``reserve_release`` is the strict
 part. Under the budget group's row lock it refuses (``BudgetExceeded``) a release that would pass
@@ -38,7 +41,15 @@ from backend.datasets import chain
 from backend.datasets.models import BudgetGroup, Dataset, PrivacyRelease
 from backend.ledger import access as ledger_access
 from backend.ledger.resources import SpendKind
-from fl_node.privacy import BudgetLedger, PrivacyBudgetExceeded, PrivacyHistory, ReleasePlan, rdp_epsilon
+from fl_node.privacy import (
+    ADD_REMOVE,
+    REPLACE_ONE,
+    BudgetLedger,
+    PrivacyBudgetExceeded,
+    PrivacyHistory,
+    ReleasePlan,
+    rdp_epsilon,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +63,8 @@ EXPLANATION = (
 MAX_ROUND = 2**31 - 1  # PositiveIntegerField on every backend
 MAX_STEPS = 2**31 - 1
 MAX_JOB_LENGTH = 80
+# The ``job`` of a dataset's registered count (no job: every job of the dataset rests on it).
+REGISTRATION = "registration"
 _COUNTED = (PrivacyRelease.Status.RELEASED, PrivacyRelease.Status.WITHHELD)
 _LOCK_ATTEMPTS = 8
 # Lost attempts of one release withheld at most this many at a time (a bound, not an expectation).
@@ -85,12 +98,25 @@ class Charge:
 
 @dataclass(frozen=True)
 class GroupTerms:
-    """The budget that applies to a dataset: its group's members, smallest cap and smallest delta."""
+    """The budget that applies to a dataset: its group's members, smallest cap, smallest delta
+    and adjacency (add-remove only if every member registered a DP count)."""
 
     group_id: int | None
     members: tuple[int, ...]
     epsilon_cap: float
     delta: float
+    adjacency: str = REPLACE_ONE
+
+    def ledger(self, history: PrivacyHistory) -> BudgetLedger:
+        return BudgetLedger(
+            epsilon_cap=self.epsilon_cap, delta=self.delta, history=history, adjacency=self.adjacency
+        )
+
+
+def adjacency_of(count_noise_stds: Iterable[float]) -> str:
+    """A budget's adjacency from its datasets' registered count noise (0: the exact size)."""
+    stds = list(count_noise_stds)
+    return ADD_REMOVE if stds and all(std > 0 for std in stds) else REPLACE_ONE
 
 
 def group_terms(dataset: Dataset) -> GroupTerms:
@@ -100,18 +126,20 @@ def group_terms(dataset: Dataset) -> GroupTerms:
         list(
             Dataset.objects.filter(budget_group_id=group_id)
             .order_by("pk")
-            .values_list("pk", "epsilon_cap", "delta")
+            .values_list("pk", "epsilon_cap", "delta", "count_noise_std")
         )
         if group_id is not None
         else []
     )
     if not rows:
-        return GroupTerms(None, (dataset.pk,), dataset.epsilon_cap, dataset.delta)
+        std = Dataset.objects.filter(pk=dataset.pk).values_list("count_noise_std", flat=True).first()
+        return GroupTerms(None, (dataset.pk,), dataset.epsilon_cap, dataset.delta, adjacency_of([std or 0.0]))
     return GroupTerms(
         group_id,
-        tuple(pk for pk, _, _ in rows),
-        min(cap for _, cap, _ in rows),
-        min(delta for _, _, delta in rows),
+        tuple(row[0] for row in rows),
+        min(row[1] for row in rows),
+        min(row[2] for row in rows),
+        adjacency_of(row[3] for row in rows),
     )
 
 
@@ -131,8 +159,7 @@ def compose(releases: Iterable[PrivacyRelease]) -> PrivacyHistory:
 def budget_ledger(dataset: Dataset) -> BudgetLedger:
     """The dataset's budget: its group's cap and the composed history of every release, reserved too."""
     terms = group_terms(dataset)
-    history = compose(_group_releases(terms))
-    return BudgetLedger(epsilon_cap=terms.epsilon_cap, delta=terms.delta, history=history)
+    return terms.ledger(compose(_group_releases(terms)))
 
 
 # ----------------------------------------------------------------------------- charging
@@ -177,7 +204,9 @@ def _check_round(round_) -> int | None:
     return None if round_ is None else _round_number(round_)
 
 
-def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Charge:
+def _record(
+    dataset: Dataset, job, round_, plan: ReleasePlan, status: str, *, micro_epsilon: int | None = None
+) -> Charge:
     if not isinstance(plan, ReleasePlan):
         raise InvalidInput(f"a release is charged with a ReleasePlan, got {type(plan).__name__}")
     round_ = _check_round(round_)
@@ -187,8 +216,7 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
     if plan.steps > MAX_STEPS:  # the column's bound; no real release comes near it
         raise InvalidInput(f"a release has at most {MAX_STEPS} steps, got {plan.steps}")
     terms = _lock_budget(dataset)
-    history = compose(_group_releases(terms))
-    ledger = BudgetLedger(epsilon_cap=terms.epsilon_cap, delta=terms.delta, history=history)
+    ledger = terms.ledger(compose(_group_releases(terms)))
     spent_before = ledger.spent()
     try:
         projected = ledger.check(
@@ -200,6 +228,8 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
     # At least one micro-epsilon: the chain needs a recorded spend for every published release
     # (submitUpdate and revealScores refuse without), even one that moves the composed curve by less.
     increase = max(math.ceil((projected - spent_before) * chain.MICRO_EPSILON), 1)
+    if micro_epsilon is not None:  # what the chain was told already (a registration's count)
+        increase = micro_epsilon
     PrivacyRelease.objects.create(
         dataset_id=dataset.pk,
         job=job,
@@ -222,6 +252,17 @@ def _record(dataset: Dataset, job, round_, plan: ReleasePlan, status: str) -> Ch
         round=round_ or 0,
         kind=SpendKind.SCORES if scores else SpendKind.UPDATE,
         steps=0 if scores else plan.steps,
+    )
+
+
+@transaction.atomic
+def record_count(dataset: Dataset, plan: ReleasePlan, *, micro_epsilon: int) -> Charge:
+    """The dataset's registered DP count, its first release: checked against the cap and recorded
+    as released, with the ``micro_epsilon`` the chain recorded with the registration."""
+    if plan.kind != PrivacyRelease.Kind.COUNT:
+        raise InvalidInput(f"a registration's release is a count, not {plan.kind!r}")
+    return _record(
+        dataset, REGISTRATION, None, plan, PrivacyRelease.Status.RELEASED, micro_epsilon=micro_epsilon
     )
 
 
@@ -361,7 +402,7 @@ def record_chain_release(
         sample_rate=plan.sample_rate,
         steps=plan.steps,
         delta=terms.delta,
-        epsilon_after=rdp_epsilon(history, delta=terms.delta),
+        epsilon_after=rdp_epsilon(history, delta=terms.delta, adjacency=terms.adjacency),
         micro_epsilon=micro_epsilon,
         status=PrivacyRelease.Status.WITHHELD if withheld else PrivacyRelease.Status.RELEASED,
     )
@@ -386,8 +427,8 @@ def reserve_budget(
 # ----------------------------------------------------------------------------- reading
 
 
-def _epsilon(releases: list[PrivacyRelease], delta: float) -> float:
-    return rdp_epsilon(compose(releases), delta=delta) if releases else 0.0
+def _epsilon(releases: list[PrivacyRelease], delta: float, adjacency: str) -> float:
+    return rdp_epsilon(compose(releases), delta=delta, adjacency=adjacency) if releases else 0.0
 
 
 @dataclass(frozen=True)
@@ -400,24 +441,42 @@ class Spend:
         return self.spent + self.reserved
 
 
-def spend_of(releases: list[PrivacyRelease], delta: float) -> Spend:
+def spend_of(releases: list[PrivacyRelease], delta: float, adjacency: str) -> Spend:
     counted = [r for r in releases if r.status in _COUNTED]
-    spent = _epsilon(counted, delta)
-    total = _epsilon(releases, delta) if len(counted) < len(releases) else spent
+    spent = _epsilon(counted, delta, adjacency)
+    total = _epsilon(releases, delta, adjacency) if len(counted) < len(releases) else spent
     return Spend(spent, max(total - spent, 0.0))
 
 
-def job_spend(dataset: Dataset, job: str | int, *, delta: float | None = None) -> Spend:
-    """What ``job``'s own releases on the dataset cost, composed on their own: at ``delta`` (the
-    job's, for a figure shown as the job's), or the budget group's by default."""
-    at = delta if delta is not None else group_terms(dataset).delta
-    return spend_of(list(dataset.releases.filter(job=str(job)).order_by("id")), at)
+def _job_releases(dataset: Dataset, job: str | int, adjacency: str) -> list[PrivacyRelease]:
+    """``job``'s releases on the dataset; under add-remove led by the dataset's registered count,
+    which that adjacency rests on (a job's figure includes it: ``fl_node.privacy_plan.job_epsilon``)."""
+    releases = list(dataset.releases.filter(job=str(job)).order_by("id"))
+    if adjacency != ADD_REMOVE:
+        return releases
+    return list(dataset.releases.filter(kind=PrivacyRelease.Kind.COUNT).order_by("id")) + releases
 
 
-def job_epsilon(dataset: Dataset, job: str | int, *, delta: float | None = None) -> float:
-    """What ``job`` alone spent on the dataset (released and withheld; at the group's delta by default)."""
-    releases = [r for r in dataset.releases.filter(job=str(job)).order_by("id") if r.status in _COUNTED]
-    return _epsilon(releases, delta or group_terms(dataset).delta)
+def job_spend(
+    dataset: Dataset, job: str | int, *, delta: float | None = None, adjacency: str | None = None
+) -> Spend:
+    """What ``job``'s own releases on the dataset cost, composed on their own: at ``delta`` and
+    ``adjacency`` (the job's, for a figure shown as the job's), or the budget group's by default."""
+    terms = group_terms(dataset)
+    adjacency = adjacency or terms.adjacency
+    at = delta if delta is not None else terms.delta
+    return spend_of(_job_releases(dataset, job, adjacency), at, adjacency)
+
+
+def job_epsilon(
+    dataset: Dataset, job: str | int, *, delta: float | None = None, adjacency: str | None = None
+) -> float:
+    """What ``job`` alone spent on the dataset (released and withheld; at the group's delta and
+    adjacency by default)."""
+    terms = group_terms(dataset)
+    adjacency = adjacency or terms.adjacency
+    releases = [r for r in _job_releases(dataset, job, adjacency) if r.status in _COUNTED]
+    return _epsilon(releases, delta or terms.delta, adjacency)
 
 
 def _rounds(releases: list[PrivacyRelease]) -> int:
@@ -429,7 +488,7 @@ def budget_summary(dataset: Dataset) -> dict:
     """The budget as the API shows it: spent (released + withheld) and reserved apart, per job too."""
     terms = group_terms(dataset)
     releases = list(_group_releases(terms))
-    spend = spend_of(releases, terms.delta)
+    spend = spend_of(releases, terms.delta, terms.adjacency)
     by_job: dict[str, list[PrivacyRelease]] = {}
     for release in releases:
         by_job.setdefault(release.job, []).append(release)
@@ -442,12 +501,13 @@ def budget_summary(dataset: Dataset) -> dict:
         "spent_by_jobs": [
             {
                 "job": job,
-                "epsilon": _epsilon([r for r in rows if r.status in _COUNTED], terms.delta),
+                "epsilon": _epsilon([r for r in rows if r.status in _COUNTED], terms.delta, terms.adjacency),
                 "rounds": _rounds(rows),
             }
             for job, rows in sorted(by_job.items())
         ],
         "budget_group": list(terms.members),
+        "adjacency": terms.adjacency,
         "explanation": EXPLANATION,
     }
 

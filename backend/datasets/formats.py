@@ -16,6 +16,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,6 +30,10 @@ from fl_node.data import record_digests
 MAX_CLASSES = 10_000
 CONTENT_HASH_DOMAIN = b"defl-dataset-records-v1\n"
 MAX_CSV_COLUMNS = 100_000
+# A padded blob's real record count is written with exactly this many decimal digits, so that the
+# blob's header (hence its length) never depends on it.
+RECORDS_DIGITS = 12
+_RECORDS_PATTERN = re.compile(f"[0-9]{{{RECORDS_DIGITS}}}")
 
 
 class DatasetFormatError(ValueError):
@@ -96,18 +101,90 @@ class CanonicalDataset:
         were hashed one by one (``load_dataset_arrays`` accepts either)."""
         return hashlib.sha256(self.serialized).hexdigest()
 
+    def first(self, count: int) -> CanonicalDataset:
+        """The first ``count`` records (all of them when there are no more): what a blob of that
+        capacity keeps (``padded``), so that commitments cover exactly the stored records."""
+        if count >= self.num_samples:
+            return self
+        return CanonicalDataset(x=self.x[:count], y=self.y[:count], classes=self.classes)
+
+    def padded(self, capacity: int) -> bytes:
+        """Safetensors bytes whose length depends only on ``capacity``, the feature shape and the
+        class list, never on the number of records: x and y each hold exactly ``capacity`` rows,
+        the real records first, then zero rows (x float32 zeros, y int64 zeros). The metadata
+        holds ``classes`` (as ``serialized`` does) and ``records``, the real row count as a
+        zero-padded decimal string of ``RECORDS_DIGITS`` digits, so the header's length is fixed
+        too. ``deserialize`` returns the real records only.
+
+        ``capacity`` is ``fl_node.dp_count.blob_capacity`` of the dataset's public DP count. A
+        dataset with more records than that (its count's noise fell more than six standard
+        deviations below zero: probability about 1e-9) keeps its first ``capacity`` records
+        only: a larger blob would tell that the dataset is larger than its count says.
+
+        The header is written here rather than by ``safetensors.numpy.save``, which writes the
+        metadata keys in a random (hash map) order: these bytes are deterministic, and
+        ``safetensors`` (and ``deserialize``) read them as any other safetensors file.
+        ``serialized`` stays unpadded: its hash identifies datasets registered before padding.
+        """
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"a blob's capacity is a positive integer, got {capacity!r}")
+        if capacity >= 10**RECORDS_DIGITS:
+            raise ValueError(f"a blob's capacity must be below 10^{RECORDS_DIGITS}, got {capacity}")
+        kept = min(self.num_samples, capacity)
+        x = np.zeros((capacity, *self.feature_shape), dtype="<f4")
+        y = np.zeros((capacity,), dtype="<i8")
+        x[:kept] = self.x[:kept]
+        y[:kept] = self.y[:kept]
+        metadata = {"classes": json.dumps(list(self.classes)), "records": f"{kept:0{RECORDS_DIGITS}d}"}
+        return _safetensors_bytes(x, y, metadata)
+
+
+def _safetensors_bytes(x: np.ndarray, y: np.ndarray, metadata: dict[str, str]) -> bytes:
+    """A safetensors file of x (float32) and y (int64), little-endian, with a deterministic
+    header: metadata keys in the given order, then y and x (the order ``safetensors`` itself
+    writes: larger alignment first), padded with spaces to a multiple of 8 bytes."""
+    x_bytes, y_bytes = x.astype("<f4").tobytes(), y.astype("<i8").tobytes()
+    header = {
+        "__metadata__": metadata,
+        "y": {"dtype": "I64", "shape": list(y.shape), "data_offsets": [0, len(y_bytes)]},
+        "x": {
+            "dtype": "F32",
+            "shape": list(x.shape),
+            "data_offsets": [len(y_bytes), len(y_bytes) + len(x_bytes)],
+        },
+    }
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + y_bytes + x_bytes
+
 
 def deserialize(blob: bytes) -> CanonicalDataset:
-    """Inverse of ``CanonicalDataset.serialized`` (for a dataset fetched from the store)."""
+    """Inverse of ``CanonicalDataset.serialized`` and of ``CanonicalDataset.padded`` (for a
+    dataset fetched from the store): a blob without ``records`` metadata (stored before blobs
+    were padded) holds records only; a padded one holds its first ``records`` rows as records
+    and padding after them, which is dropped here."""
     try:
         arrays = load_safetensors(blob)
         # The safetensors header is an 8-byte length and JSON; the class list is in its metadata.
         header_length = int.from_bytes(blob[:8], "little")
         metadata = json.loads(blob[8 : 8 + header_length]).get("__metadata__", {})
         classes = tuple(json.loads(metadata["classes"]))
+        x, y = arrays["x"], arrays["y"]
     except Exception as exc:  # safetensors raises its own error type and ValueError
         raise DatasetFormatError(f"stored dataset is not a canonical dataset: {exc}") from exc
-    return CanonicalDataset(x=arrays["x"], y=arrays["y"], classes=classes)
+    if "records" in metadata:
+        records = metadata["records"]
+        if not isinstance(records, str) or not _RECORDS_PATTERN.fullmatch(records):
+            raise DatasetFormatError(
+                f"stored dataset's record count must be {RECORDS_DIGITS} decimal digits, got {records!r}"
+            )
+        count = int(records)
+        if count > x.shape[0] or count > y.shape[0]:
+            raise DatasetFormatError(
+                f"stored dataset claims {count} records but holds {min(x.shape[0], y.shape[0])} rows"
+            )
+        x, y = x[:count], y[:count]
+    return CanonicalDataset(x=x, y=y, classes=classes)
 
 
 def _map_labels(raw_labels: np.ndarray, classes: list[str] | None) -> tuple[np.ndarray, tuple[str, ...]]:

@@ -27,7 +27,15 @@ class Dataset(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     format = models.CharField(max_length=8, choices=Format.choices)
+    # Public: the size registered on chain, which every public number of the dataset follows from
+    # (its plans, update weights, score normalizer, stored blob's size). A DP count of the records
+    # (fl_node.dp_count) when ``count_noise_std`` > 0; the exact size for a dataset registered
+    # before DP counts (its budget is then accounted under replace-one).
     num_samples = models.PositiveIntegerField()
+    # Local only, never published: how many records the dataset really holds.
+    records = models.PositiveIntegerField(null=True, blank=True)
+    # The registered count's noise std (fl_node.dp_count.COUNT_NOISE_STD); 0: the exact size.
+    count_noise_std = models.FloatField(default=0.0)
     feature_shape = models.JSONField(help_text="shape of one sample, e.g. [784] or [1, 28, 28]")
     num_features = models.PositiveIntegerField()
     classes = models.JSONField(help_text="class names in class-id order")
@@ -151,6 +159,7 @@ class PrivacyRelease(models.Model):
         DP_SGD = "dp_sgd"
         UPDATE_GAUSSIAN = "update_gaussian"
         SCORE_COUNT = "score_count"
+        COUNT = "count"  # the dataset's registered DP count (its first release)
 
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="releases")
     job = models.CharField(max_length=80)

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from backend.datasets import budget, chain, storage
 from backend.datasets.models import Dataset, Grant
+from fl_node.privacy import ADJACENCIES
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -100,6 +101,11 @@ class BudgetSerializer(serializers.Serializer):
         help_text="ids of the datasets that share this budget (this provider's datasets not declared "
         "disjoint, and datasets with shared records)",
     )
+    adjacency = serializers.ChoiceField(
+        choices=list(ADJACENCIES),
+        help_text="add-remove when every dataset of the group registered a DP count of its records, "
+        "else replace-one (a registered exact size)",
+    )
     explanation = serializers.CharField()
 
 
@@ -124,6 +130,8 @@ class DatasetSerializer(serializers.ModelSerializer):
             "owner",
             "format",
             "num_samples",
+            "records",
+            "count_noise_std",
             "num_features",
             "feature_shape",
             "classes",

@@ -15,6 +15,7 @@ local save (which cannot conflict after the checks) follows it.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -26,12 +27,14 @@ from django.utils import timezone
 from eth_utils import is_address, to_checksum_address
 
 from backend.api.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from backend.datasets import chain, commitment, keys, overlap, storage
+from backend.datasets import budget, chain, commitment, keys, overlap, storage
 from backend.datasets.formats import CanonicalDataset, DatasetFormatError, deserialize, parse_csv, parse_npz
 from backend.datasets.models import Dataset, Grant
 from backend.identity.key import node_account
 from backend.ledger.errors import ContractRevert
 from backend.swarm.errors import SwarmError
+from fl_node.dp_count import COUNT_NOISE_STD, blob_capacity, count_release, noisy_count
+from fl_node.privacy import ADD_REMOVE, rdp_epsilon
 
 logger = logging.getLogger(__name__)
 # A record can be 2 bytes of npz, so the upload size alone would let tens of millions of record
@@ -81,7 +84,13 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
             "dataset (each record's hash is kept to find overlapping datasets)",
             field="file",
         )
+    # A refusal is seen by the uploader only, so it may read the exact size. (A job's plan checks
+    # delta against the registered count, which any member can: near the bound it may refuse.)
     check_delta(upload.delta, canonical.num_samples, field="delta")
+    count_spend = _count_spend(upload)
+    # The size the chain registers: a DP count, never the exact size (fl_node.dp_count).
+    registered = noisy_count(canonical.num_samples)
+    canonical = canonical.first(blob_capacity(registered))
     local_hash = overlap.local_content_hash(canonical.record_digests)
     _refuse_registered_records(canonical, local_hash)
     digests = overlap.keyed_digests(canonical.record_digests)
@@ -91,16 +100,19 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
     secret = commitment.new_secret()
     committed = commitment.commitment(secret, canonical.record_digests)
 
-    reference = storage.store_encrypted(canonical.serialized)
+    # Padded to a size that follows from the registered count alone: the swarm's blobs are public.
+    blob = canonical.padded(blob_capacity(registered))
+    reference = storage.store_encrypted(blob)
     try:
         try:
             registration = chain.register_dataset(
                 commitment=committed,
                 swarm_root=storage.root_address(reference),
                 schema_hash=canonical.schema_hash,
-                samples=canonical.num_samples,
+                samples=registered,
                 epsilon_cap=upload.epsilon_cap,
                 disjoint=upload.disjoint,
+                initial_spend=count_spend,
                 **_holdout_declaration(upload, canonical, secret),
             )
         except ContractRevert as exc:
@@ -111,12 +123,36 @@ def create_dataset(upload: Upload, owner=None) -> Dataset:
                 f"this commitment is already registered as dataset {existing} on chain", field="file"
             ) from None
         keyed = _Keyed(secret=secret, commitment=committed, local_hash=local_hash)
-        return _save_dataset(upload, canonical, reference, registration, owner, digests, keyed)
+        stored = _Stored(
+            reference=reference, registered=registered, size_bytes=len(blob), count_spend=count_spend
+        )
+        return _save_dataset(upload, canonical, stored, registration, owner, digests, keyed)
     except BaseException:
         # Undo the store step; a chain registration (if it happened) stays as an orphan
         # record that no local row points to, which is harmless: it holds no key.
         _discard_quietly(reference)
         raise
+
+
+def _count_spend(upload: Upload) -> int:
+    """The registered count's own epsilon at the dataset's delta, in micro-epsilon: what the chain
+    records with the registration (at least the rise it gives the budget, which composes it)."""
+    alone = rdp_epsilon(count_release().history(), delta=upload.delta, adjacency=ADD_REMOVE)
+    if alone >= upload.epsilon_cap:
+        raise InvalidInput(
+            f"an epsilon cap of {upload.epsilon_cap:g} leaves nothing once the dataset's size is "
+            f"released (a DP count costs {alone:.3g} at delta {upload.delta:g})",
+            field="epsilon_cap",
+        )
+    return math.ceil(alone * chain.MICRO_EPSILON)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    reference: str  # the encrypted blob (padded to the count's capacity)
+    registered: int  # the DP count registered on chain
+    size_bytes: int
+    count_spend: int  # micro-epsilon the chain recorded for the count
 
 
 @dataclass(frozen=True)
@@ -158,7 +194,7 @@ def _refuse_registered_records(canonical, local_hash: str) -> None:
         )
 
 
-def _save_dataset(upload, canonical, reference, registration, owner, digests, keyed: _Keyed) -> Dataset:
+def _save_dataset(upload, canonical, stored: _Stored, registration, owner, digests, keyed: _Keyed) -> Dataset:
     overlap.ensure_a_group_row()
     try:
         with transaction.atomic():
@@ -167,7 +203,9 @@ def _save_dataset(upload, canonical, reference, registration, owner, digests, ke
                 name=upload.name,
                 owner=owner,
                 format=upload.format,
-                num_samples=canonical.num_samples,
+                num_samples=stored.registered,
+                records=canonical.num_samples,
+                count_noise_std=COUNT_NOISE_STD,
                 feature_shape=list(canonical.feature_shape),
                 num_features=canonical.num_features,
                 classes=list(canonical.classes),
@@ -178,8 +216,8 @@ def _save_dataset(upload, canonical, reference, registration, owner, digests, ke
                 commitment=keyed.commitment,
                 disjoint=upload.disjoint,
                 onchain_source=registration.source_id if registration else "",
-                size_bytes=len(canonical.serialized),
-                encrypted_reference=reference,
+                size_bytes=stored.size_bytes,
+                encrypted_reference=stored.reference,
                 status=Dataset.Status.REGISTERED if registration else Dataset.Status.STORED,
                 onchain_id=registration.onchain_id if registration else "",
                 tx_hash=registration.tx_hash if registration else "",
@@ -188,6 +226,7 @@ def _save_dataset(upload, canonical, reference, registration, owner, digests, ke
                 public_holdout=upload.public_holdout,
             )
             overlap.join_budget_group(dataset, digests)
+            budget.record_count(dataset, count_release(), micro_epsilon=stored.count_spend)
             return dataset
     except IntegrityError as exc:  # a concurrent upload of the same content won the race
         raise InvalidInput("these records were registered by a concurrent upload", field="file") from exc

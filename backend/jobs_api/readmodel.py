@@ -170,7 +170,9 @@ def privacy_payload(job: mirror.Job, config: dict, node: str) -> dict:
         }
         dataset = _local_dataset(job, participant, node)
         if dataset is not None and plan_config is not None:
-            local = budget.job_spend(dataset, job.job_id, delta=plan_config.dp.delta)
+            local = budget.job_spend(
+                dataset, job.job_id, delta=plan_config.dp.delta, adjacency=plan_config.dp.adjacency
+            )
             open_releases |= dataset.releases.filter(
                 job=str(job.job_id), status=PrivacyRelease.Status.RESERVED
             ).exists()

@@ -13,6 +13,7 @@ from fl_node.job import limits
 from fl_node.job.config import DP_MODES
 from fl_node.job.limits import MAX_CLIP_NORM, MAX_LR, MIN_DELTA
 from fl_node.models import available_models
+from fl_node.privacy import ADD_REMOVE, ADJACENCIES, RELEASE_KINDS
 from fl_node.robust import DEFAULT_DEFENSE, DEFAULT_MAX_SHARE_BP, DEFENSES
 from fl_node.sparse import ENCODINGS, PUBLIC_RULES
 
@@ -40,6 +41,14 @@ class DPSerializer(serializers.Serializer):
     )
     max_grad_norm = serializers.FloatField(
         required=False, default=1.0, min_value=0.0, max_value=MAX_CLIP_NORM
+    )
+    adjacency = serializers.ChoiceField(
+        choices=list(ADJACENCIES),
+        required=False,
+        default=ADD_REMOVE,
+        help_text="the neighbouring datasets every charge is computed under: add-remove (every dataset "
+        "registered a DP count of its records) or replace-one (also open to datasets registered with "
+        "their exact size, at a higher charge for the same noise)",
     )
 
     def validate_target_epsilon(self, value: float) -> float:
@@ -257,7 +266,7 @@ class JobPrivacySerializer(serializers.Serializer):
 
 
 class ReleaseRecordSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["dp_sgd", "update_gaussian", "score_count"])
+    kind = serializers.ChoiceField(choices=list(RELEASE_KINDS))
     noise_multiplier = serializers.FloatField(help_text="noise std / record-level L2 sensitivity")
     sample_rate = serializers.FloatField()
     steps = serializers.IntegerField()

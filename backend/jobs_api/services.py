@@ -31,7 +31,7 @@ from fl_node.codec import content_hash, encode_model
 from fl_node.job import training
 from fl_node.job.config import ConfigError, DPConfig, JobConfig, SparseConfig, check_committee_size
 from fl_node.job.plan import participant_plan, planned_spend_bound
-from fl_node.privacy import PrivacyBudgetExceeded
+from fl_node.privacy import ADD_REMOVE, PrivacyBudgetExceeded
 from fl_node.robust import DEFAULT_DEFENSE, DEFAULT_MAX_SHARE_BP
 
 logger = logging.getLogger(__name__)
@@ -123,6 +123,7 @@ def check_before_chain(ctx: NodeContext, config: JobConfig, dataset: Dataset) ->
             field="dataset",
         )
     _check_job_delta(config.dp.delta, dataset, field="dp.delta")
+    _check_adjacency(config, dataset, field="dp.adjacency")
     _check_node_limits(ctx, config, dataset)
     _check_budget(ctx, config, dataset, field="dp.target_epsilon")
     _check_federation(config)
@@ -293,6 +294,17 @@ def _check_job_delta(delta: float, dataset: Dataset, *, field: str = "dataset") 
         )
 
 
+def _check_adjacency(config: JobConfig, dataset: Dataset, *, field: str = "dataset") -> None:
+    """An add-remove job takes only datasets whose registered size is a DP count: a dataset that
+    registered its exact size protects no record against add/remove (anyone sees the size)."""
+    if config.dp.private and config.dp.adjacency == ADD_REMOVE and not dataset.count_noise_std > 0:
+        raise Conflict(
+            f"dataset {dataset.name!r} registered its exact size, so its records are protected under "
+            "replace-one adjacency only; it can join a job with dp.adjacency replace-one, not add-remove",
+            field=field,
+        )
+
+
 def _check_budget(ctx: NodeContext, config: JobConfig, dataset: Dataset, *, field: str = "dataset") -> None:
     """Every round of the job must fit in the dataset's privacy budget left (what joining checks)."""
     try:
@@ -326,6 +338,7 @@ def join_job(ctx: NodeContext, job_id: int, dataset_pk) -> Membership:
     if not config.dp.private:
         raise Conflict(NO_DP, field="dataset")
     _check_job_delta(config.dp.delta, dataset)
+    _check_adjacency(config, dataset)
     try:
         projected_epsilon(ctx, dataset, config)
     except PrivacyBudgetExceeded as exc:

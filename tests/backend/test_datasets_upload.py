@@ -9,6 +9,8 @@ from dataset_files import GOOD_CSV, csv_file, form, good_npz, npz_file
 from backend.datasets import budget, chain, services, storage
 from backend.datasets.formats import deserialize
 from backend.datasets.models import Dataset
+from fl_node.dp_count import COUNT_NOISE_STD, count_release
+from fl_node.privacy import ADD_REMOVE, rdp_epsilon
 
 pytestmark = pytest.mark.django_db
 
@@ -29,18 +31,23 @@ def test_good_csv_is_parsed_encrypted_and_stored(provider):
     response = provider.post("/api/datasets", form(csv_file(GOOD_CSV), "csv", label_column="species"))
     assert response.status_code == 201, response.content
     body = response.json()
-    assert body["num_samples"] == 4
+    # The size registered is a DP count of the 4 records (at least 1); the true one stays here.
+    assert body["records"] == 4 and body["num_samples"] >= 1
+    assert body["count_noise_std"] == COUNT_NOISE_STD
     assert body["num_features"] == 2
     assert body["classes"] == ["bird", "cat", "dog"]
     assert body["status"] == "stored"  # no ledger in this build: registration skipped
+    # The count is the dataset's first release, charged to its budget.
+    count_epsilon = rdp_epsilon(count_release().history(), delta=1e-5, adjacency=ADD_REMOVE)
     assert body["budget"] == {
         "epsilon_cap": 8.0,
         "delta": 1e-5,
-        "epsilon_spent": 0.0,
+        "epsilon_spent": pytest.approx(count_epsilon),
         "epsilon_reserved": 0.0,
-        "epsilon_left": 8.0,
-        "spent_by_jobs": [],
+        "epsilon_left": pytest.approx(8.0 - count_epsilon),
+        "spent_by_jobs": [{"job": "registration", "epsilon": pytest.approx(count_epsilon), "rounds": 1}],
         "budget_group": [body["id"]],
+        "adjacency": ADD_REMOVE,
         "explanation": budget.EXPLANATION,
     }
     replication = body["replication"]

@@ -1,6 +1,7 @@
 """The DP adversary at the dataset boundary: it knows every record but one (S) and the candidates
 x and y, reads the chain, the swarm and the provider's API, and tries to tell D = S + x from
-D' = S + y (replace-one: the size is public and the same) WITHOUT the DP releases.
+D' = S + y (replace-one), or D = S from S + x (add-remove: the registered size is a DP count and
+the stored blob is padded to a size that follows from it), WITHOUT the DP releases.
 
 Before keyed commitments it won with certainty: the chain held SHA-256 over the sorted record
 digests, and the public hold-out's reference was derived from it. Each check below replays that
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 from dataset_files import form, npz_file
 
-from backend.datasets import commitment
+from backend.datasets import commitment, storage
 from backend.datasets.formats import CanonicalDataset
-from backend.datasets.models import Dataset, RecordHash
+from backend.datasets.models import Dataset, PrivacyRelease, RecordHash
 from fl_node.data import record_digests
+from fl_node.dp_count import COUNT_NOISE_STD, blob_capacity
 
 pytestmark = pytest.mark.django_db
 
@@ -38,6 +40,7 @@ def _worlds(samples: int = 60):
 def _publish(client, chain, x, y) -> dict:
     """Upload as the provider (a fresh node each time: no local row remembers the records) and
     return what anyone can read: the API's dataset, the chain's record, the swarm root."""
+    PrivacyRelease.objects.all().delete()  # the audit record protects its datasets
     Dataset.objects.all().delete()
     RecordHash.objects.all().delete()
     response = client.post(
@@ -53,6 +56,7 @@ def _publish(client, chain, x, y) -> dict:
         "holdout": bytes(record.public_holdout_hash).hex(),
         "swarm": bytes(record.swarm_ref).hex(),
         "samples": record.samples,
+        "blob_bytes": len(storage.fetch(Dataset.objects.get().encrypted_reference)),
     }
 
 
@@ -75,8 +79,31 @@ def test_no_published_value_matches_a_function_of_either_candidate(provider, on_
     for seen in published:
         assert seen["api"] == seen["api_content_hash"] == seen["chain"]
         assert not {seen["chain"], seen["holdout"], seen["swarm"]} & guesses
-    # n is the same in both worlds: under replace-one adjacency it tells nothing.
-    assert published[0]["samples"] == published[1]["samples"] == 61
+    for seen in published:  # the size registered is a DP count: the blob's size follows from it
+        assert seen["blob_bytes"] == _padded_bytes(seen["samples"])
+
+
+def _padded_bytes(registered: int) -> int:
+    """The plaintext size of a stored blob whose dataset registered ``registered``: one record or
+    many, the same (6 float features, the declared classes)."""
+    one = CanonicalDataset(np.zeros((1, 6), np.float32), np.zeros(1, np.int64), CLASSES)
+    return len(one.padded(blob_capacity(registered)))
+
+
+def test_adding_a_record_changes_no_public_value_but_the_dp_count(provider, on_chain):
+    """Add-remove: D = S and S + x. The chain's size is a noisy count (the node keeps the true
+    one), and the swarm blob's size is a function of that count alone, so neither tells."""
+    with_x, _ = _worlds()
+    without_x = (with_x[0][:-1], with_x[1][:-1])
+    for world, records in ((without_x, 60), (with_x, 61)):
+        seen = _publish(provider, on_chain, *world)
+        dataset = Dataset.objects.get()
+        assert dataset.records == records and dataset.num_samples == seen["samples"]
+        assert dataset.count_noise_std == COUNT_NOISE_STD
+        assert seen["blob_bytes"] == _padded_bytes(seen["samples"])
+        count = dataset.releases.get()  # the count is the dataset's first release, charged
+        assert count.kind == "count" and count.noise_multiplier == 2 * COUNT_NOISE_STD
+        assert count.micro_epsilon > 0
 
 
 def test_a_record_with_a_label_no_other_record_has_leaves_the_schema_unchanged(provider, on_chain):
@@ -88,6 +115,7 @@ def test_a_record_with_a_label_no_other_record_has_leaves_the_schema_unchanged(p
     y[-1] = 2  # the record only x has: the one rare label
     schemas = []
     for rows in (slice(0, 40), slice(0, 41)):
+        PrivacyRelease.objects.all().delete()  # the audit record protects its datasets
         Dataset.objects.all().delete()
         RecordHash.objects.all().delete()
         response = provider.post(
@@ -97,6 +125,7 @@ def test_a_record_with_a_label_no_other_record_has_leaves_the_schema_unchanged(p
         record = on_chain["ledger"].data.get_dataset(int(response.json()["onchain_id"]))
         schemas.append(bytes(record.schema_hash).hex())
     assert schemas[0] == schemas[1]
+    PrivacyRelease.objects.all().delete()  # the audit record protects its datasets
     Dataset.objects.all().delete()
     RecordHash.objects.all().delete()
     undeclared = provider.post("/api/datasets", form(npz_file(x=x, y=y), "npz", classes=""))
@@ -110,7 +139,6 @@ def test_the_same_records_published_twice_look_unrelated(provider, on_chain):
     first, second = (_publish(provider, on_chain, *world) for _ in range(2))
     for key in ("chain", "holdout", "swarm"):
         assert first[key] != second[key]
-    assert first["samples"] == second["samples"]
 
 
 def test_the_split_tells_nothing_without_the_secret():

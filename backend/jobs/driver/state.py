@@ -80,7 +80,9 @@ def participant_index(job: mirror.Job, address: str) -> int:
 
 def job_epsilon(dataset: Dataset, job_id: int, config: JobConfig) -> float:
     """Privacy this job spent on the dataset so far (its own history, RDP)."""
-    return spent_by_job(dataset, job_id, delta=config.dp.delta) if config.dp.private else 0.0
+    if not config.dp.private:
+        return 0.0
+    return spent_by_job(dataset, job_id, delta=config.dp.delta, adjacency=config.dp.adjacency)
 
 
 def first_open_round(job: mirror.Job) -> int:
