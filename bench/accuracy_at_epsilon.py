@@ -9,15 +9,19 @@ over 5 nodes by Dirichlet(0.5) labels. delta = 1e-5 everywhere.
 Federated figures (``fed_acc_eps*``) come from :func:`fl_node.simulate.run_simulation`
 with DeFL's committee protocol, committee of 1: each round one node scores and
 the other 4 train with DP-SGD; ``top_k`` 4 accepts every update that a committee
-member scores above 0 (no attacker here). Every node's epsilon is per-example DP
-of its own data over the whole job under **replace-one adjacency** (the size of every
-dataset is public, so neighbours have the same size: docs/PRIVACY.md), calibrated and charged
-with DeFL's replace-one RDP accountant (``*_rdp``, what budgets are enforced with) and
-reported beside it by Google dp-accounting's PLD under ``REPLACE_ONE`` (``*_pld``, tighter).
-Both are the largest epsilon any node actually spent. ``*_pld_audit`` is the independent
-audit of every participant's history (``fl_node.privacy_audit``, PLD at a finer
-discretization): the charge must not be below it. Before replace-one the charge was
-add/remove: the same noise then cost about twice the epsilon.
+member scores above 0 (no attacker here). Every node's epsilon is per-example DP of its own data
+over the whole job under **add-remove adjacency**: every node registers a DP count of its records
+(``fl_node.dp_count``, std 20, charged as its first release and composed into the job's figure),
+so no size is public (docs/PRIVACY.md). It is calibrated and charged with DeFL's RDP accountant
+(``*_rdp``, what budgets are enforced with) and reported beside it by Google dp-accounting's PLD
+under ``ADD_OR_REMOVE_ONE`` (``*_pld``, tighter). Both are the largest epsilon any node actually
+spent. ``*_pld_audit`` is the independent audit of every participant's history
+(``fl_node.privacy_audit``, PLD at a finer discretization): the charge must not be below it.
+While sizes were public the charge was replace-one, which needs about twice the noise (sigma
+6.2 instead of 3.3 here) and read 0.825-0.863.
+
+``fed_acc_eps3`` is the mean over seeds 0-3 (each printed): the DP noise is fresh secret
+randomness, and one run moves by about 0.02.
 
 Model (the main lever): ``scatternet`` -- a fixed second-order scattering
 transform (J=2, L=8: 81 x 7 x 7 features), GroupNorm, one linear layer (Tramer and
@@ -59,6 +63,10 @@ by about 0.015 since the noise is secret):
     the cosine at 0.93 x sigma (what calibrating with
       the PLD accountant instead of RDP would give)    85.6%
 
+Under add-remove with the count (seeds 0-3, 2026-12-06): lr 1.0 and one local epoch as above read
+0.861 (seed 0); lr 2.0 and two local epochs 0.876 / 0.877 / 0.903 / 0.858; with the server's lr
+0.2 0.884 / 0.877 / 0.883 / 0.865.
+
 With the default defense (``robust``: relative scores, median-norm clip, sign vote, verified step,
 backed magnitude) the same federation read 0.782 / 0.832 (seeds 0 / 1; ``committee`` 0.809,
 ``none`` 0.721, no committee at all 0.858), so the server's optimizer was swept next (seed 0 unless
@@ -92,8 +100,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fl_node.dp_count import COUNT_NOISE_STD  # noqa: E402
 from fl_node.job.config import DPConfig  # noqa: E402
-from fl_node.privacy import ADJACENCY, rdp_epsilon  # noqa: E402
+from fl_node.privacy import ADD_REMOVE, rdp_epsilon  # noqa: E402
 from fl_node.privacy_audit import assert_claim_holds  # noqa: E402
 from fl_node.robust import DEFAULT_DEFENSE  # noqa: E402
 from fl_node.simulate import centralized_baseline, run_simulation, simulation  # noqa: E402
@@ -112,12 +121,14 @@ FEDERATION = {
     "top_k": 4,
     "strategy": "fedadam",
     "strategy_params": {"lr": 0.1},  # the server's step (see the sweep above)
-    "local_epochs": 1,
+    "local_epochs": 2,
     "batch_size": 128,
-    "lr": 1.0,
+    "lr": 2.0,
     "momentum": 0.5,
     "max_grad_norm": 0.1,
     "delta": DELTA,
+    # Every node registers a DP count of its records (fl_node.dp_count), so no size is public.
+    "adjacency": ADD_REMOVE,
 }
 # DP-SGD: clipping at 0.1 bounds each step to lr * 0.1, hence the large lr (De et al. 2022).
 CENTRAL_DP = {"model": "scatternet", "batch_size": 512, "lr": 4.0, "momentum": 0.9, "max_grad_norm": 0.1}
@@ -151,17 +162,19 @@ def federated(
             target_epsilon=epsilon,
             delta=settings.pop("delta"),
             max_grad_norm=settings.pop("max_grad_norm"),
+            adjacency=settings.pop("adjacency"),
         ),
         committee_size=settings.pop("committee"),
         **settings,
     )
     started = time.perf_counter()
+    adjacency = config.job.dp.adjacency
 
     def progress(record) -> None:
         if record.round % 5 == 0 or record.round == rounds:
             print(
                 f"  eps {epsilon:g} round {record.round:>3}/{rounds}: test acc {record.test_accuracy:.4f}, "
-                f"spent eps (replace-one) rdp {record.epsilon_rdp:.3f} pld {record.epsilon_prv:.3f}",
+                f"spent eps ({adjacency}) rdp {record.epsilon_rdp:.3f} pld {record.epsilon_prv:.3f}",
                 flush=True,
             )
 
@@ -171,7 +184,10 @@ def federated(
     # Every participant's claim recomputed by Google's dp-accounting (RDP curve and PLD).
     audits = [
         assert_claim_holds(
-            h, delta=config.job.dp.delta, claimed_epsilon=rdp_epsilon(h, delta=config.job.dp.delta)
+            h,
+            delta=config.job.dp.delta,
+            claimed_epsilon=rdp_epsilon(h, delta=config.job.dp.delta, adjacency=adjacency),
+            adjacency=adjacency,
         )
         for h in result.histories
         if len(h)
@@ -179,7 +195,7 @@ def federated(
     attacked = [r for r in result.rounds if any(u.attacker for u in r.updates)]
     pld_max = max((a.pld_epsilon for a in audits), default=0.0)
     print(
-        f"  eps {epsilon:g}: adjacency {ADJACENCY}; charged (RDP) {last.epsilon_rdp:.3f}, "
+        f"  eps {epsilon:g}: adjacency {adjacency}; charged (RDP) {last.epsilon_rdp:.3f}, "
         f"PLD {last.epsilon_prv:.3f}, independent PLD audit {pld_max:.3f}",
         flush=True,
     )
@@ -211,6 +227,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="federated rounds (default 30, quick 10)")
     parser.add_argument("--central-epochs", type=int, default=None, help="default 15, quick 5")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", type=int, default=4, help="federations at epsilon 3 (seeds from --seed on; quick: 1)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the box is shared)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -223,10 +242,18 @@ def main() -> None:
     results["central_acc"] = central(None, epochs, args.seed)
     results["central_dp_acc_eps3"] = central(3.0, epochs, args.seed)
     print(f"federated (5 nodes, committee 1 + 4 trainers per round, {rounds} rounds):", flush=True)
+    seeds = [args.seed + i for i in range(1 if args.quick else args.seeds)]
     for eps in EPSILONS:
         figures = federated(eps, rounds, args.seed)
         tag = f"eps{eps:g}"
         results[f"fed_acc_{tag}"] = figures["acc"]
+        if eps == 3.0:
+            eps3_first_seed = figures["acc"]
+        if eps == 3.0 and len(seeds) > 1:  # the headline figure: a mean, each run printed
+            runs = [figures["acc"]] + [federated(eps, rounds, seed)["acc"] for seed in seeds[1:]]
+            results["fed_acc_eps3_runs"] = runs
+            results["fed_acc_eps3"] = round(sum(runs) / len(runs), 4)
+            print(f"  eps 3: seeds {seeds}: {runs}, mean {results['fed_acc_eps3']}", flush=True)
         results[f"fed_{tag}_rdp"] = round(figures["rdp"], 4)
         results[f"fed_{tag}_pld"] = round(figures["pld"], 4)
         results[f"fed_{tag}_pld_audit"] = round(figures["pld_max"], 4)
@@ -244,7 +271,8 @@ def main() -> None:
     undefended = federated(3.0, rounds, args.seed, defense="none")
     results["defense"] = DEFAULT_DEFENSE
     results["fed_acc_eps3_undefended"] = undefended["acc"]
-    results["defense_cost_eps3"] = round(undefended["acc"] - results["fed_acc_eps3"], 4)
+    # Side by side: the same seed, with and without the defense.
+    results["defense_cost_eps3"] = round(undefended["acc"] - eps3_first_seed, 4)
     # Committee decisions: a sign-flipping attacker (1 of 5), top_k 3, scores noisy vs exact.
     attack_rounds = max(rounds // 3, 5)
     print(f"committee decisions at epsilon 3 with a sign-flipping attacker ({attack_rounds} rounds):")
@@ -256,14 +284,16 @@ def main() -> None:
         results[f"attack_rounds_{privacy}_scores"] = figures["attack_rounds"]
         results[f"fed_acc_eps3_attacked_{privacy}_scores"] = figures["acc"]
     results["goal_fed_acc_eps3"] = 0.88
-    results["adjacency"] = ADJACENCY
+    results["adjacency"] = FEDERATION["adjacency"]
+    results["count_noise_std"] = COUNT_NOISE_STD
     results["randomness"] = "secret ChaCha20 stream (fl_node.secure_random)"
     results["settings"] = {
         "federation": FEDERATION | {"rounds": rounds, "participation": "committee protocol, 4 of 5 train"},
         "central_dp": CENTRAL_DP | {"epochs": epochs},
         "central_non_private": CENTRAL_PLAIN | {"epochs": epochs},
-        "accountant_for_calibration": f"rdp ({ADJACENCY})",
+        "accountant_for_calibration": f"rdp ({FEDERATION['adjacency']})",
         "seed": args.seed,
+        "seeds_eps3": seeds,
         "torch_threads": torch.get_num_threads(),
     }
     results["seconds"] = round(time.perf_counter() - started, 1)
