@@ -137,7 +137,10 @@ def test_the_client_runs_a_job_and_the_metrics_follow_it(federation, workdir):
     revoked = defl_json(workdir, "datasets", "revoke", str(dataset["id"]), c.address)
     assert revoked["node"].lower() == c.address.lower()
     listed = defl_json(workdir, "datasets", "ls")
-    assert [d["id"] for d in listed] == [dataset["id"]] and listed[0]["budget"]["epsilon_spent"] == 0
+    assert [d["id"] for d in listed] == [dataset["id"]]
+    # Before any job, only the registered count is spent: the dataset's first release.
+    assert [job["job"] for job in listed[0]["budget"]["spent_by_jobs"]] == ["registration"]
+    assert 0 < listed[0]["budget"]["epsilon_spent"] < 0.3
 
     before = scrape(a.url)
     (workdir / "job.json").write_text(json.dumps(_job("cli-job", dataset["id"])))

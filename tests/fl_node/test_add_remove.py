@@ -2,12 +2,14 @@
 releases cost what they cost under replace-one, an independent accountant agrees, calibration
 composes the count, and the registered count and blob capacity follow from public values only."""
 
+import json
+
 import numpy as np
 import pytest
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from fl_node.dp_count import COUNT_NOISE_STD, blob_capacity, count_release, noisy_count
-from fl_node.job.config import DPConfig, JobConfig
+from fl_node.job.config import ConfigError, DPConfig, JobConfig
 from fl_node.job.plan import participant_plan
 from fl_node.privacy import (
     ADD_REMOVE,
@@ -23,7 +25,7 @@ from fl_node.privacy import (
     replace_one_rdp,
 )
 from fl_node.privacy_audit import assert_claim_holds, audit
-from fl_node.privacy_plan import job_epsilon, plan_privacy
+from fl_node.privacy_plan import job_epsilon, plan_privacy, spends_history
 from fl_node.secure_random import SecureRandom
 
 
@@ -91,26 +93,33 @@ def test_calibration_composes_the_count_and_holds_the_target():
         )
 
 
-def test_an_add_remove_plan_includes_the_count_in_the_job_figure():
-    job = JobConfig(
+def _job(rounds: int, **dp) -> JobConfig:
+    return JobConfig(
         name="j",
         model="mlp",
         input_shape=(4,),
         num_classes=2,
         schema_hash="0" * 64,
-        rounds=10,
-        dp=DPConfig(mode="sgd", target_epsilon=3.0, adjacency=ADD_REMOVE),
+        rounds=rounds,
+        dp=DPConfig(**dp),
     )
+
+
+def test_an_add_remove_plan_includes_the_count_in_the_job_figure():
+    job = _job(10, mode="sgd", target_epsilon=3.0, adjacency=ADD_REMOVE)
     plan = participant_plan(job, samples=900, public_holdout=False, scores_per_round=3)
     assert plan.adjacency == ADD_REMOVE and plan.count == count_release()
     spends = [(0, plan.train.steps)] * 10
     figure = job_epsilon(plan, spends)
     assert 2.9 < figure <= 3.0
     # The count is in the figure: the job's releases alone cost less.
-    without = plan_privacy(
-        mode="sgd", target_epsilon=3.0, delta=1e-5, rounds=10, num_train=720, num_records=900, batch_size=64
+    alone = rdp_epsilon(spends_history(plan, spends), delta=plan.delta, adjacency=ADD_REMOVE)
+    assert alone < figure
+    replace_one = participant_plan(
+        _job(10, mode="sgd", target_epsilon=3.0), samples=900, public_holdout=False, scores_per_round=3
     )
-    assert without.adjacency == REPLACE_ONE and without.count is None
+    assert replace_one.adjacency == REPLACE_ONE and replace_one.count is None
+    assert replace_one.train.noise_multiplier > 1.5 * plan.train.noise_multiplier
     with pytest.raises(ValueError, match="count release"):
         plan_privacy(
             mode="sgd",
@@ -125,22 +134,15 @@ def test_an_add_remove_plan_includes_the_count_in_the_job_figure():
 
 
 def test_job_configs_without_the_field_keep_their_bytes_and_mean_replace_one():
-    job = JobConfig(
-        name="j",
-        model="mlp",
-        input_shape=(4,),
-        num_classes=2,
-        schema_hash="0" * 64,
-        rounds=1,
-        dp=DPConfig(mode="sgd", target_epsilon=1.0),
-    )
+    job = _job(1, mode="sgd", target_epsilon=1.0)
     assert b"adjacency" not in job.to_bytes()
-    assert JobConfig.from_dict(__import__("json").loads(job.to_bytes())).dp.adjacency == REPLACE_ONE
-    added = JobConfig.from_dict(
-        __import__("json").loads(job.to_bytes())
-        | {"dp": {"mode": "sgd", "target_epsilon": 1.0, "adjacency": ADD_REMOVE}}
-    )
+    assert JobConfig.from_dict(json.loads(job.to_bytes())).dp.adjacency == REPLACE_ONE
+    chosen = {"mode": "sgd", "target_epsilon": 1.0, "adjacency": ADD_REMOVE}
+    added = JobConfig.from_dict(json.loads(job.to_bytes()) | {"dp": chosen})
     assert b'"adjacency":"add-remove"' in added.to_bytes()
+    with pytest.raises(ConfigError) as refused:
+        _job(1, mode="sgd", target_epsilon=1.0, adjacency="swap")
+    assert refused.value.field == "dp.adjacency"
 
 
 def test_noisy_count_is_noisy_bounded_and_refuses_bad_sizes():

@@ -15,6 +15,7 @@ from jobs_helpers import acting_as
 from backend.datasets import budget, job_privacy
 from backend.ledger import models as mirror
 from fl_node.job.plan import participant_plan, scores_per_round
+from fl_node.privacy import PrivacyHistory
 from fl_node.privacy_audit import assert_claim_holds
 from fl_node.privacy_plan import SPEND_WITHHELD, spends_history
 
@@ -44,13 +45,17 @@ def check_published_figures(nodes, datasets, job_id: int, operator_client, monke
                 scores_per_round=scores_per_round(count, job.committee_size),
             )
             history = spends_history(plan, records)
+            if plan.count is not None:  # an add-remove figure rests on the dataset's count
+                history = PrivacyHistory(plan.count.history().entries + history.entries)
             recomputed = job_privacy.participant_epsilon(plan, records)
             assert row["epsilon_spent"] == pytest.approx(recomputed, rel=1e-12), row
             assert row["source"] == "chain"
-            assert_claim_holds(history, delta=config.dp.delta, claimed_epsilon=recomputed)
+            assert_claim_holds(
+                history, delta=config.dp.delta, claimed_epsilon=recomputed, adjacency=plan.adjacency
+            )
             # The participant's own node composed the same releases at the job's delta.
             own = owners[row["node"]]
-            local = budget.job_spend(own, job_id, delta=config.dp.delta)
+            local = budget.job_spend(own, job_id, delta=config.dp.delta, adjacency=config.dp.adjacency)
             assert local.reserved == 0.0
             assert recomputed == pytest.approx(local.spent, rel=1e-9), (row["node"], records)
             if viewer.ctx.address == row["node"]:

@@ -204,6 +204,36 @@ def test_a_config_from_another_node_cannot_name_an_importable_model():
     assert error.value.field == "model"
 
 
+def test_an_add_remove_job_refuses_a_dataset_that_registered_its_exact_size(
+    pair, operator_client, monkeypatch
+):
+    """Its size is public, so add/remove protects none of its records: 409 at create and at join,
+    naming the field; replace-one takes it."""
+    from backend.datasets.models import Dataset
+
+    nodes, datasets = pair
+    Dataset.objects.filter(pk=datasets[0].pk).update(count_noise_std=0.0)  # registered before counts
+    with acting_as(nodes[0], monkeypatch):
+        refused = operator_client.post("/api/jobs", _job(datasets[0].pk), format="json")
+        assert refused.status_code == 409, refused.content
+        assert "exact size" in refused.json()["detail"] and refused.json()["errors"]["dp.adjacency"]
+    with acting_as(nodes[1], monkeypatch):
+        created = operator_client.post("/api/jobs", _job(datasets[1].pk), format="json")
+        assert created.status_code == 201, created.content
+        job = created.json()
+        assert job["config"]["dp"]["adjacency"] == "add-remove"  # the default
+    with acting_as(nodes[0], monkeypatch):
+        response = operator_client.post(
+            f"/api/jobs/{job['id']}/join", {"dataset": datasets[0].pk}, format="json"
+        )
+        assert response.status_code == 409, response.content
+        assert "replace-one" in response.json()["detail"] and response.json()["errors"]["dataset"]
+        assert not nodes[0].ctx.ledger.fl.get_participant(job["id"], nodes[0].ctx.address).joined
+        dp = {"mode": "sgd", "target_epsilon": 3.0, "adjacency": "replace-one"}
+        accepted = operator_client.post("/api/jobs", _job(datasets[0].pk, dp=dp), format="json")
+        assert accepted.status_code == 201, accepted.content
+
+
 def test_join_refuses_a_delta_too_large_for_the_dataset(pair, operator_client, monkeypatch):
     import numpy as np
 
