@@ -67,11 +67,10 @@ from tests.adversarial.protocol_attacks import (
 
 ACCOMPLICE_SCORE = 10_000
 INFLATED = 10**12  # DataRegistry.MAX_SAMPLES: the most a registrant may declare (the weights job)
-# Blocks mined before each attempt, 12 s apart: other numbers and times. At least one: anvil gives
-# the next block the last one's timestamp while the chain's clock is ahead of the wall clock (it is,
-# after the job's deadlines were mined through), so attempts after 0 and after 1 block could share
-# a timestamp.
-GRIND_BLOCKS = (1, 2, 7, 29)
+# Blocks mined before each attempt, 12 s apart: other numbers and times. Never 1: the start block
+# gets the last mined block's timestamp while the chain's clock is ahead of the wall clock, so an
+# attempt after 1 block could share the timestamp of one after none; after 2 it is 12 s later.
+GRIND_BLOCKS = (0, 2, 7, 29)
 
 
 @dataclass
