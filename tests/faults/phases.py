@@ -96,9 +96,32 @@ def actions_of(node: LocalNode, job_id: int) -> list[tuple[int, str, str]]:
 
 
 def training_now(federation: LocalFederation, node: LocalNode, job_id: int, round_: int) -> bool:
-    """Whether the node is training ``round_`` now: its training task of the round (a cluster task)
-    is running, its release reserved before it started. (A queued task is not training yet: the
-    agent queues it when it dispatches the action, before the action has even begun.)
+    """Whether the node is training ``round_`` now: its training task is running, so its update is
+    not sent yet (a scenario that kills a trainer before its update needs this; one that only
+    needs a point inside the round takes :func:`training_began`, which a starved poller cannot
+    miss)."""
+    return bool(
+        node_rows(
+            node,
+            "SELECT 1 FROM cluster_task WHERE job_id = ? AND round = ? AND kind = 'train' "
+            "AND state = 'running'",
+            job_id,
+            round_,
+            mariadb_url=federation.mariadb_url,
+        )
+    )
+
+
+def training_began(federation: LocalFederation, node: LocalNode, job_id: int, round_: int) -> bool:
+    """Whether the node has begun training ``round_``: its training task of the round (a cluster
+    task) is running or has run, its release reserved before it started. (A queued task is not
+    training yet: the agent queues it when it dispatches the action, before the action has even
+    begun.)
+
+    A task that has already succeeded counts too: a round-1 training of digits lasts well under
+    a second, and a poller starved on a loaded machine can sleep through all of it (CI waited
+    300 s for a training it had missed). The scenarios need a point inside the round, after a
+    trainer began and before the round's scores and model are sent, and this still gives one.
 
     Read from the node's database: the API's rounds view lists a round's releases only, and
     once it answers on a loaded machine a short training may be over.
@@ -107,7 +130,7 @@ def training_now(federation: LocalFederation, node: LocalNode, job_id: int, roun
         node_rows(
             node,
             "SELECT 1 FROM cluster_task WHERE job_id = ? AND round = ? AND kind = 'train' "
-            "AND state = 'running'",
+            "AND state IN ('running', 'succeeded')",
             job_id,
             round_,
             mariadb_url=federation.mariadb_url,

@@ -4,7 +4,7 @@ Two nodes are the fewest a job runs on (one committee member, one trainer). ``ru
 runs one short job and calls ``restart`` twice: while round 1 trains (the trainer's action
 claimed, its privacy release reserved) and once round 2 is past training (the committee's turn).
 The nodes' API may answer 500 while the service is down: every read here tolerates that. Training
-is seen in the nodes' own databases (phases.training_now): through the API, a training of a
+is seen in the nodes' own databases (phases.training_began): through the API, a training of a
 second or two was over before it was seen (the probe that timed out in CI).
 """
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from faultnet import duplicates, events, sent_transactions, wait_until
-from phases import node_rows, training_now
+from phases import node_rows, training_began
 from scenarios import start_job
 
 from devnet.localnet import LocalFederation
@@ -43,8 +43,8 @@ def phase(federation: LocalFederation, job_id: int, number: int) -> str | None:
 
 
 def training(federation: LocalFederation, job_id: int, number: int) -> bool:
-    """Some node is training round ``number`` now (its release reserved, its training task open)."""
-    return any(training_now(federation, node, job_id, number) for node in federation.nodes)
+    """Some node has begun training round ``number`` (its release reserved, its training task run or running)."""
+    return any(training_began(federation, node, job_id, number) for node in federation.nodes)
 
 
 def run_with_restarts(federation: LocalFederation, restart: Callable[[], object]) -> dict:

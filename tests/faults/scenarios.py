@@ -21,7 +21,7 @@ from faultnet import (
     sent_transactions,
     wait_until,
 )
-from phases import training_now
+from phases import training_began, training_now
 
 from devnet.localnet import LocalFederation
 
@@ -112,7 +112,9 @@ def run_kill_a_trainer(federation: LocalFederation) -> dict:
     # first node seen training (its round's release reserved, its training task open), read from
     # the nodes' own databases: through the API a short training is over before it is seen.
     victim = wait_until(
-        lambda: next((n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None),
+        lambda: next(
+            (n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None
+        ),
         300,
         "a node training round 1",
         every_s=0.02,
@@ -182,19 +184,22 @@ def _blocks_with_transactions_after(federation: LocalFederation, since_block: in
 def run_rpc_outage(federation: ProxiedFederation, *, outage_s: float = 10.0) -> dict:
     """The nodes lose the chain's RPC endpoint for ``outage_s`` mid-round, then get it back."""
     job_id = start_job(federation)
-    # The outage starts while a trainer trains round 1, seen in the nodes' own databases: a round
-    # of this job takes about a second on a fast machine, so a fixed wait after the API shows
-    # round 1 training could cut the endpoint as the job's last transaction was sent, and no
-    # transaction would come after it. From here, round 1's update, scores and model are still
-    # to be sent, so the job cannot end while the endpoint is dark.
+    # The outage starts once a trainer has begun round 1, seen in the nodes' own databases: a
+    # round of this job takes about a second on a fast machine, so a fixed wait after the API
+    # shows round 1 training could cut the endpoint as the job's last transaction was sent, and
+    # no transaction would come after it. From here, at least the last rounds' updates, scores
+    # and models are still to be sent (checked on anvil below), so the job cannot end while the
+    # endpoint is dark.
     wait_until(
-        lambda: any(training_now(federation, n, job_id, 1) for n in federation.nodes),
+        lambda: any(training_began(federation, n, job_id, 1) for n in federation.nodes),
         300,
         "a node training round 1",
         every_s=0.02,
     )
     w3 = chain(federation)  # anvil directly, not through the proxy
     federation.proxy.go_dark()
+    finished = [e for e in events(federation, job_id) if e.name == "JobFinished"]
+    assert not finished, "the job ended before the outage began: the scenario cut nothing"
     time.sleep(outage_s)
     # Read while still dark: no node can have sent anything since, so every later block holds
     # a transaction sent after the outage.

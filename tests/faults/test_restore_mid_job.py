@@ -30,7 +30,7 @@ from faultnet import (
     sent_transactions,
     wait_until,
 )
-from phases import training_now
+from phases import training_began
 from scenarios import KILL_ROUNDS, digits_parts, job_payload
 
 from devnet.localnet import LocalFederation, NodeSpec
@@ -68,7 +68,7 @@ def restored(tmp_path_factory):
         federation.start_job(federation.nodes[0], job_id)
         victim = wait_until(
             lambda: next(
-                (n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None
+                (n for n in reversed(federation.nodes) if training_began(federation, n, job_id, 1)), None
             ),
             300,
             "a node training round 1",
