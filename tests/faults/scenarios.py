@@ -112,9 +112,7 @@ def run_kill_a_trainer(federation: LocalFederation) -> dict:
     # first node seen training (its round's release reserved, its training task open), read from
     # the nodes' own databases: through the API a short training is over before it is seen.
     victim = wait_until(
-        lambda: next(
-            (n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None
-        ),
+        lambda: next((n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None),
         300,
         "a node training round 1",
         every_s=0.02,
