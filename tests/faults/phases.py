@@ -95,17 +95,20 @@ def actions_of(node: LocalNode, job_id: int) -> list[tuple[int, str, str]]:
     )
 
 
-def training_now(federation: LocalFederation, node: LocalNode, job_id: int, round_: int) -> bool:
-    """Whether the node is training ``round_`` now: its training task is running, so its update is
-    not sent yet (a scenario that kills a trainer before its update needs this; one that only
-    needs a point inside the round takes :func:`training_began`, which a starved poller cannot
-    miss)."""
+def update_pending(federation: LocalFederation, node: LocalNode, job_id: int, round_: int) -> bool:
+    """Whether the node's training release of ``round_`` is reserved and not yet settled: it began
+    the round's training (the release is reserved before the training starts) and has not
+    published the update (the release is marked released once the update is on chain). A scenario
+    that kills a trainer before its update needs this window: it spans the training, the sealing,
+    the upload and the submit, where a running training task alone lasts well under a second, and
+    a starved poller can sleep through it. (The submit is on chain a moment before the release is
+    marked: check the chain too, ``scenarios.run_kill_a_trainer``.)"""
     return bool(
         node_rows(
             node,
-            "SELECT 1 FROM cluster_task WHERE job_id = ? AND round = ? AND kind = 'train' "
-            "AND state = 'running'",
-            job_id,
+            "SELECT 1 FROM datasets_privacyrelease WHERE job = ? AND round = ? AND kind = 'dp_sgd' "
+            "AND status = 'reserved'",
+            str(job_id),
             round_,
             mariadb_url=federation.mariadb_url,
         )

@@ -21,7 +21,7 @@ from faultnet import (
     sent_transactions,
     wait_until,
 )
-from phases import training_began, training_now
+from phases import training_began, update_pending
 
 from devnet.localnet import LocalFederation
 
@@ -108,15 +108,24 @@ def run_kill_a_trainer(federation: LocalFederation) -> dict:
     # Four nodes: with the victim gone, three stay to hold every new blob at R=3 (three nodes
     # would do too: an upload needs a majority of R, test_upload_quorum.py).
     job_id = start_job(federation, rounds=KILL_ROUNDS)
+
     # The contract draws round 1's committee; whoever trains round 1 is off it. The victim is the
-    # first node seen training (its round's release reserved, its training task open), read from
-    # the nodes' own databases: through the API a short training is over before it is seen.
-    victim = wait_until(
-        lambda: next((n for n in reversed(federation.nodes) if training_now(federation, n, job_id, 1)), None),
-        300,
-        "a node training round 1",
-        every_s=0.02,
-    )
+    # first node seen with its round-1 update pending (its release reserved, the update not yet on
+    # chain), read from the nodes' own databases and anvil: through the API a short training is
+    # over before it is seen, and a running training task alone is a window a starved poller
+    # can miss.
+    def pending_trainer():
+        pending = [n for n in reversed(federation.nodes) if update_pending(federation, n, job_id, 1)]
+        if not pending:
+            return None
+        submitted = {
+            e.args["trainer"].lower()
+            for e in events(federation, job_id)
+            if e.name == "UpdateSubmitted" and e.args["round"] == 1
+        }
+        return next((n for n in pending if n.address.lower() not in submitted), None)
+
+    victim = wait_until(pending_trainer, 300, "a node with its round-1 update pending", every_s=0.02)
     killed_at = time.monotonic()
     kill_node(victim)
     witness = next(n for n in federation.nodes if n is not victim)
