@@ -200,7 +200,7 @@ def run_rpc_outage(federation: ProxiedFederation, *, outage_s: float = 10.0) -> 
     wait_until(
         lambda: any(training_began(federation, n, job_id, 1) for n in federation.nodes),
         300,
-        "a node training round 1",
+        "a node that began training round 1",
         every_s=0.02,
     )
     w3 = chain(federation)  # anvil directly, not through the proxy

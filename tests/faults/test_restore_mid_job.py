@@ -1,9 +1,9 @@
 """A node destroyed mid-job and restored from a backup taken before the job started (real processes).
 
 Four organizations (anvil, four SQLite nodes) join a job; every node is backed up with
-`manage.py node backup` while it runs, before the job starts. Once a node is training round 1
-(its release reserved), it is SIGKILLed, its whole data directory deleted, and it is restored
-with `manage.py node restore` from that backup (its database, chunk index and contracts file; no
+`manage.py node backup` while it runs, before the job starts. Once a node has begun round 1's
+training (its task running or done), it is SIGKILLed, its whole data directory deleted, and it is
+restored with `manage.py node restore` from that backup (its database, chunk index and contracts file; no
 chunks: the restore fetches the missing ones back from the peers). Brought back, it catches up
 from the chain and trains later rounds, and the job finishes:
 
@@ -71,7 +71,7 @@ def restored(tmp_path_factory):
                 (n for n in reversed(federation.nodes) if training_began(federation, n, job_id, 1)), None
             ),
             300,
-            "a node training round 1",
+            "a node that began training round 1",
             every_s=0.02,
         )
         kill_node(victim)
