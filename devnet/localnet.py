@@ -381,10 +381,20 @@ class LocalFederation:
         deadline = time.monotonic() + timeout_s
         waiting = list(self.nodes)
         while waiting and time.monotonic() < deadline:
-            waiting = [n for n in waiting if not (self.job(n, job_id).get("joined") or {}).get("prepared")]
+            waiting = [n for n in waiting if not self._prepared(n, job_id)]
             if waiting:
                 time.sleep(0.25)
         return not waiting
+
+    def _prepared(self, node: LocalNode, job_id: int) -> bool:
+        """Whether ``node`` reports the job's first round prepared. A node whose API does not answer
+        within the request's timeout is not prepared yet, and is asked again: on a loaded machine
+        (CI, two other federations and Chromium beside it) one GET took over 30 s, and the wait has
+        its own deadline."""
+        try:
+            return bool((self.job(node, job_id).get("joined") or {}).get("prepared"))
+        except requests.Timeout:
+            return False
 
     def start_job(self, node: LocalNode, job_id: int) -> dict:
         # On a consortium each organization reads its own validator: the proposer's must hold every
@@ -404,9 +414,12 @@ class LocalFederation:
         node = node or self.nodes[0]
         deadline = time.monotonic() + timeout_s
         while True:
-            job = self.job(node, job_id)
-            if job["status"] not in ("open", "drawing"):
-                return job
+            try:
+                job = self.job(node, job_id)
+                if job["status"] not in ("open", "drawing"):
+                    return job
+            except requests.Timeout:
+                pass  # a node slower than the request's timeout under load: asked again (_prepared)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id}'s first committee was not drawn within {timeout_s:.0f}s")
             time.sleep(0.5)
@@ -432,12 +445,15 @@ class LocalFederation:
         first = self.nodes[0]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            job = self.job(first, job_id)
-            if on_progress:  # the rounds view is the heavier read: only for a progress display
-                on_progress(job, self.rounds(first, job_id))
-            if job["status"] in TERMINAL:
-                if job["status"] != "finished" or self._all_nodes_recorded(job_id, job["rounds"]):
-                    return job
+            try:
+                job = self.job(first, job_id)
+                if on_progress:  # the rounds view is the heavier read: only for a progress display
+                    on_progress(job, self.rounds(first, job_id))
+                if job["status"] in TERMINAL:
+                    if job["status"] != "finished" or self._all_nodes_recorded(job_id, job["rounds"]):
+                        return job
+            except requests.Timeout:
+                pass  # a node slower than the request's timeout under load: asked again (_prepared)
             self._check_alive()
             time.sleep(1.0)
         raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f}s")

@@ -5,7 +5,7 @@ operator of each uploads a dataset through its dashboard; the first grants the s
 its dataset (the second lists it as granted to it) and revokes it after confirming; the first
 creates a job from its jobs page (and joins it in the same step), the others join, the first
 starts it once enough joined, the rounds complete while the job page redraws its accuracy
-chart, the attacker's update shows as rejected, the job is followed on a 390 px phone, the
+chart, the updates the chain rejected show as rejected, the job is followed on a 390 px phone, the
 served global model is downloaded and tried on a sample, and a second job is cancelled.
 """
 
@@ -67,11 +67,7 @@ def test_federation_through_the_dashboards(tmp_path):
             "DEFL_DATASETS": ",".join(files),
             "DEFL_OPERATOR_USER": OPERATOR,
             "DEFL_OPERATOR_PASSWORD": federation.password,
-            # Four rounds: the attacker, on a committee of one drawn uniformly, trains in three or
-            # more of them with chance 0.74 (two or more with 0.95), and each round it trains is a
-            # further chance for the noisy (epsilon 3) committee to reject it. With three rounds it
-            # trained only once in a seventh of runs, where one noisy score decided the check.
-            "DEFL_ROUNDS": "4",
+            "DEFL_ROUNDS": "3",
             "DEFL_COMMITTEE": "1",
             "DEFL_TOP_K": "2",
             "DEFL_MIN_TRAINERS": "2",
@@ -87,7 +83,19 @@ def test_federation_through_the_dashboards(tmp_path):
             ["node", str(FRONTEND / "e2e" / "federation.mjs")],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=1500,
         )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary.get("ok", True), summary
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert summary.get("ok", True), summary
+        # The trainers the job page shows rejected are those the chain's rounds did not accept.
+        # Not that the attacker is among them: with a one-member committee scoring noisy 600-record
+        # updates at epsilon 3, that is chance in later rounds (the script reports it).
+        job_id = int(summary["jobPath"].rstrip("/").rsplit("/", 1)[-1])
+        on_chain = sorted(
+            u["trainer"].lower()
+            for r in federation.rounds(federation.nodes[0], job_id)
+            for u in r["updates"]
+            if u["accepted"] is False
+        )
+        assert on_chain, "no round rejected an update: top_k 2 of 3 trainers rejects one a round"
+        assert sorted(summary["rejected"]) == on_chain, (summary["rejected"], on_chain)
     assert any(screenshots.glob("*.png")), "no screenshots saved"
