@@ -4,8 +4,9 @@
 // create a job from the jobs page of node 0 (the wizard shows who can join; node 0 joins with its
 // dataset in the same step), join it from every other node, start it once enough joined,
 // watch the rounds complete and the accuracy chart draw (live, without a reload), open every round
-// and list the trainers shown rejected (into the summary, with the job's path), download the served model and try it on a
-// sample; then create a second job and cancel it; and follow the job on a 390 px phone.
+// and list the trainers shown rejected (into the summary, with the job's path), download the
+// served model and try it on a sample; then create a second job and cancel it; and follow the job
+// on a 390 px phone.
 //
 // Needs a running local federation (several node processes on one chain, with the round driver).
 //   DEFL_NODES=http://127.0.0.1:8101,http://127.0.0.1:8102,http://127.0.0.1:8103  first one creates the job
