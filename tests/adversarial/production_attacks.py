@@ -242,7 +242,10 @@ class Player:
         receipt = me.submit_update(
             self.job_id, round_, root, samples, content_hash=bytes.fromhex(chash), spend=spend
         )
-        return {"status": int(receipt["status"]), "content_hash": "0x" + chash}
+        status = int(receipt["status"])
+        update = me._update_args(self.job_id, round_, root, samples, bytes.fromhex(chash), spend)
+        refusal = None if status else me.refusal("FederatedLearning", "submitUpdate", **update)
+        return {"status": status, "refusal": refusal, "content_hash": "0x" + chash}
 
     def chain_now(self, state: dict) -> int:
         """The job's clock as the contract's _now reads it, at the latest block: its number when the
@@ -521,6 +524,7 @@ class Intruders(Player):
         self.inflated_sent = False
         self._claim = threading.Lock()
         self.revoked = threading.Event()
+        self.revocation_settled = threading.Event()  # revoked, or never will be (round 1 not finalized)
         self.data = {m.address.lower(): digits(400, seed=i + 7) for i, m in enumerate(self.members)}
 
     def start(self) -> list[threading.Thread]:
@@ -529,10 +533,13 @@ class Intruders(Player):
         return threads
 
     def revoke_after_round_one(self) -> None:
-        if self.finalized(1) is None:
-            return
-        self.log.note("revocation", self.revoke())
-        self.revoked.set()
+        try:
+            if self.finalized(1) is None:
+                return
+            self.log.note("revocation", self.revoke())
+            self.revoked.set()
+        finally:
+            self.revocation_settled.set()
 
     def play(self, me: HostileMember) -> None:
         mine_ = me.address.lower()
@@ -549,6 +556,11 @@ class Intruders(Player):
             if state is None:  # in the log: a round missed tells why a test's scene never happened
                 self.log.add(round=round_, member=mine_, kind="round_gone")
                 continue
+            if me is self.grantee and round_ > 1:
+                # Round 2 opens when round 1 is finalized, the moment the revocation starts: deciding
+                # before it lands, the grantee would train and submit with a spend the revocation
+                # then reverts (its slots after round 1 stay empty, module doc).
+                self.revocation_settled.wait(self.timeout_s)
             revoked = me is self.grantee and self.revoked.is_set()
             if revoked:  # every release it tries now is refused on chain
                 self.log.add(
@@ -647,15 +659,19 @@ class Intruders(Player):
 
         self.keys.hold(self.job_id, round_, me.address, committed, policy=policy)
         spend = 1 if int(state["maxSpendPerRound"]) else 0
-        receipt = me.submit_update(
-            self.job_id, round_, root, samples, content_hash=bytes.fromhex(content_hash(good)), spend=spend
-        )
+        chash = bytes.fromhex(content_hash(good))
+        receipt = me.submit_update(self.job_id, round_, root, samples, content_hash=chash, spend=spend)
+        status = int(receipt["status"])
+        update = me._update_args(self.job_id, round_, root, samples, chash, spend)
         self.log.note(
             "two_key",
             {
                 "round": round_,
                 "member": me.address.lower(),
-                "status": int(receipt["status"]),
+                "grantee": me is self.grantee,
+                "status": status,
+                # why it reverted, as the contract answers the same call now (None: sent)
+                "refusal": None if status else me.refusal("FederatedLearning", "submitUpdate", **update),
                 "content_hash": "0x" + content_hash(good),
                 "answers": answers,
             },
