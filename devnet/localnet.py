@@ -380,21 +380,25 @@ class LocalFederation:
         """
         deadline = time.monotonic() + timeout_s
         waiting = list(self.nodes)
+
+        def prepared(node: LocalNode) -> bool:
+            job = self._job_if_answered(node, job_id) or {}
+            return bool((job.get("joined") or {}).get("prepared"))
+
         while waiting and time.monotonic() < deadline:
-            waiting = [n for n in waiting if not self._prepared(n, job_id)]
+            waiting = [n for n in waiting if not prepared(n)]
             if waiting:
                 time.sleep(0.25)
         return not waiting
 
-    def _prepared(self, node: LocalNode, job_id: int) -> bool:
-        """Whether ``node`` reports the job's first round prepared. A node whose API does not answer
-        within the request's timeout is not prepared yet, and is asked again: on a loaded machine
-        (CI, two other federations and Chromium beside it) one GET took over 30 s, and the wait has
-        its own deadline."""
+    def _job_if_answered(self, node: LocalNode, job_id: int) -> dict | None:
+        """The job as ``node`` reports it, or None when its API does not answer within the request's
+        timeout: the waits ask again until their own deadline (on a loaded machine, CI with two other
+        federations and Chromium beside it, one GET took over 30 s)."""
         try:
-            return bool((self.job(node, job_id).get("joined") or {}).get("prepared"))
+            return self.job(node, job_id)
         except requests.Timeout:
-            return False
+            return None
 
     def start_job(self, node: LocalNode, job_id: int) -> dict:
         # On a consortium each organization reads its own validator: the proposer's must hold every
@@ -414,12 +418,9 @@ class LocalFederation:
         node = node or self.nodes[0]
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                job = self.job(node, job_id)
-                if job["status"] not in ("open", "drawing"):
-                    return job
-            except requests.Timeout:
-                pass  # a node slower than the request's timeout under load: asked again (_prepared)
+            job = self._job_if_answered(node, job_id)
+            if job is not None and job["status"] not in ("open", "drawing"):
+                return job
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id}'s first committee was not drawn within {timeout_s:.0f}s")
             time.sleep(0.5)
@@ -453,7 +454,7 @@ class LocalFederation:
                     if job["status"] != "finished" or self._all_nodes_recorded(job_id, job["rounds"]):
                         return job
             except requests.Timeout:
-                pass  # a node slower than the request's timeout under load: asked again (_prepared)
+                pass  # a node slower than the request's timeout under load: asked again (_job_if_answered)
             self._check_alive()
             time.sleep(1.0)
         raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f}s")

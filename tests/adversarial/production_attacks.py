@@ -238,14 +238,23 @@ class Player:
         root, chunks, key, chash = sealed(plaintext)
         me.store_everywhere(self.peers, chunks)
         self.keys.hold(self.job_id, round_, me.address, key, **policy)
+        return self.send_update(me, round_, root, samples, bytes.fromhex(chash), state) | {
+            "content_hash": "0x" + chash
+        }
+
+    def send_update(
+        self, me: HostileMember, round_: int, root: bytes, samples: int, chash: bytes, state: dict
+    ) -> dict:
+        """``submitUpdate`` of ``root`` (its privacy spend folded in where the job caps one): its
+        receipt's status, and why it reverted as the contract answers the same call now (None: sent)."""
         spend = 1 if int(state["maxSpendPerRound"]) else 0
-        receipt = me.submit_update(
-            self.job_id, round_, root, samples, content_hash=bytes.fromhex(chash), spend=spend
-        )
+        receipt = me.submit_update(self.job_id, round_, root, samples, content_hash=chash, spend=spend)
         status = int(receipt["status"])
-        update = me._update_args(self.job_id, round_, root, samples, bytes.fromhex(chash), spend)
-        refusal = None if status else me.refusal("FederatedLearning", "submitUpdate", **update)
-        return {"status": status, "refusal": refusal, "content_hash": "0x" + chash}
+        update = me._update_args(self.job_id, round_, root, samples, chash, spend)
+        return {
+            "status": status,
+            "refusal": None if status else me.refusal("FederatedLearning", "submitUpdate", **update),
+        }
 
     def chain_now(self, state: dict) -> int:
         """The job's clock as the contract's _now reads it, at the latest block: its number when the
@@ -658,21 +667,16 @@ class Intruders(Player):
             return (used if answers[requester] == 1 else committed).hex()
 
         self.keys.hold(self.job_id, round_, me.address, committed, policy=policy)
-        spend = 1 if int(state["maxSpendPerRound"]) else 0
-        chash = bytes.fromhex(content_hash(good))
-        receipt = me.submit_update(self.job_id, round_, root, samples, content_hash=chash, spend=spend)
-        status = int(receipt["status"])
-        update = me._update_args(self.job_id, round_, root, samples, chash, spend)
+        chash = content_hash(good)
+        sent = self.send_update(me, round_, root, samples, bytes.fromhex(chash), state)
         self.log.note(
             "two_key",
             {
                 "round": round_,
                 "member": me.address.lower(),
                 "grantee": me is self.grantee,
-                "status": status,
-                # why it reverted, as the contract answers the same call now (None: sent)
-                "refusal": None if status else me.refusal("FederatedLearning", "submitUpdate", **update),
-                "content_hash": "0x" + content_hash(good),
+                **sent,
+                "content_hash": "0x" + chash,
                 "answers": answers,
             },
         )
