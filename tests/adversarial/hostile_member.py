@@ -240,13 +240,16 @@ class HostileMember:
             spend=spend,
         )
 
-    def refusal(self, contract: str, function: str, **args: Any) -> str | None:
+    def refusal(
+        self, contract: str, function: str, *, at_block: int | None = None, **args: Any
+    ) -> str | None:
         """The custom error the contract answers ``function(**args)`` from this key with, read by an
-        eth_call on the latest block (None: it would be accepted). The same call sent raw is what
-        the test counts; this names why it fails."""
+        eth_call on the latest block or on ``at_block`` (None: it would be accepted). The same call
+        sent raw is what the test counts; this names why it fails."""
         data = encode_raw(contract, function, **args)
         call = {"from": self.address, "to": self.deployment.address(contract), "data": "0x" + data.hex()}
-        answer = self.w3.provider.make_request("eth_call", [call, "latest"])
+        block = "latest" if at_block is None else hex(at_block)
+        answer = self.w3.provider.make_request("eth_call", [call, block])
         error = answer.get("error")
         if not error:
             return None
@@ -311,15 +314,17 @@ class HostileMember:
         log = next(entry for entry in receipt["logs"] if len(entry["topics"]) > 1)
         return receipt, int.from_bytes(bytes(log["topics"][1]), "big")
 
-    def job_state(self, job_id: int) -> dict[str, Any]:
-        """getJob as a dict (status, round, phase, maxSpendPerRound, ...), read with a plain call."""
+    def job_state(self, job_id: int, *, at_block: int | None = None) -> dict[str, Any]:
+        """getJob as a dict (status, round, phase, maxSpendPerRound, ...), read with a plain call on
+        the latest block or on ``at_block``."""
         from backend.ledger.artifacts import load_artifact
 
         abi = load_artifact("FederatedLearning").abi
         contract = self.w3.eth.contract(address=self.deployment.address("FederatedLearning"), abi=abi)
         getter = next(i for i in abi if i["type"] == "function" and i["name"] == "getJob")
         names = [c["name"] for c in getter["outputs"][0]["components"]]
-        return dict(zip(names, contract.functions.getJob(job_id).call(), strict=True))
+        block = "latest" if at_block is None else at_block
+        return dict(zip(names, contract.functions.getJob(job_id).call(block_identifier=block), strict=True))
 
     # ------------------------------------------------------------------ signed peer requests
 

@@ -171,9 +171,12 @@ class Report:
             self.seats.append({"round": round_, "kind": kind, "member": member.lower(), "did": what})
 
 
-def attempt(member: HostileMember, contract: str, function: str, **args: Any) -> dict[str, Any]:
-    """Name the refusal (eth_call), then send the same call raw: {'error', 'status'}."""
-    error = member.refusal(contract, function, **args)
+def attempt(
+    member: HostileMember, contract: str, function: str, *, at_block: int | None = None, **args: Any
+) -> dict[str, Any]:
+    """Name the refusal (eth_call, on the latest block or on ``at_block``), then send the same call
+    raw: {'error', 'status'}."""
+    error = member.refusal(contract, function, at_block=at_block, **args)
     receipt = member.call(contract, function, **args)
     return {"error": error, "status": int(receipt["status"]), "block": int(receipt.get("blockNumber") or 0)}
 
@@ -580,12 +583,19 @@ class HostilePair:
         )
         receipt = me.commit_scores(self.job_id, 1, scores, base, salt)
         note("commit", {"status": int(receipt["status"])})
-        committed = int(self._state(me)["commitCount"])
         # Other scores than committed: refused as early (RevealNotOpen) whether or not the
         # commitments are all in by the time it is mined (then CommitmentMismatch), never taken.
+        # The refusal is named on the block the commit count is read on: an honest commit landing
+        # between the two reads would otherwise pair a count of 2 with a reveal already open (CI).
+        at = int(me.w3.eth.block_number)
+        committed = int(me.job_state(self.job_id, at_block=at)["commitCount"])
         tailored = {partner: JUNK_SCORE - 1}
         early = attempt(
-            me, "FederatedLearning", "revealScores", **me.reveal_args(self.job_id, 1, tailored, base, salt)
+            me,
+            "FederatedLearning",
+            "revealScores",
+            at_block=at,
+            **me.reveal_args(self.job_id, 1, tailored, base, salt),
         )
         note("reveal_before_all_committed", dict(early, commits_then=committed))
         # A job with DP: a reveal of scores needs the member's score release recorded first.
